@@ -1,0 +1,171 @@
+//! The one error type of the `memtrack` crate. Each variant says what failed, with which
+//! argument, and, where the user can do something about it, what to do next.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while tracking or reading results.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The process lacks the capabilities needed to load eBPF programs and attach uprobes.
+    #[error(
+        "memtrack needs {missing} to load eBPF programs and attach uprobes (it has neither \
+         those nor CAP_SYS_ADMIN); run it as root (e.g. with sudo), or grant the \
+         capabilities to the binary: sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep <binary>"
+    )]
+    MissingCapabilities {
+        /// The missing capabilities, e.g. "CAP_BPF and CAP_PERFMON".
+        missing: String,
+    },
+
+    /// The kernel lacks something memtrack needs (BTF, uprobes, the BPF syscall).
+    #[error("this kernel cannot run memtrack: {0}")]
+    Unsupported(String),
+
+    /// tracefs is not mounted, so the syscall tracepoints cannot be found.
+    #[error(
+        "tracefs is not mounted at /sys/kernel/tracing; mount it with \
+         `mount -t tracefs nodev /sys/kernel/tracing` (scripts/bootstrap.sh does this)"
+    )]
+    TracefsMissing,
+
+    /// None of the process's mapped objects defines an allocator function memtrack knows.
+    #[error(
+        "process {pid} has no allocator memtrack can probe (no `malloc` in any of its \
+         mapped objects: {objects}); a static binary without symbols or a custom allocator \
+         cannot be tracked"
+    )]
+    NoAllocator {
+        /// The process.
+        pid: u32,
+        /// The objects that were searched, comma-separated.
+        objects: String,
+    },
+
+    /// The process does not exist (any more).
+    #[error("process {pid} does not exist (it exited, or never existed)")]
+    ProcessGone {
+        /// The process id asked for.
+        pid: u32,
+    },
+
+    /// Loading the eBPF object into the kernel failed.
+    #[error("loading memtrack's eBPF programs failed: {0}")]
+    Load(#[from] aya::EbpfError),
+
+    /// Loading or attaching one program failed.
+    #[error("eBPF program `{program}`: {source}")]
+    Program {
+        /// Program name.
+        program: String,
+        /// The cause.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    /// Attaching a uprobe to an allocator function failed.
+    #[error("attaching `{program}` to {path} at offset {offset:#x} (pid {pid}) failed: {source}")]
+    Attach {
+        /// Program name.
+        program: String,
+        /// The ELF object probed.
+        path: PathBuf,
+        /// File offset of the probe.
+        offset: u64,
+        /// Process the probe is scoped to.
+        pid: u32,
+        /// The cause.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    /// A map operation failed.
+    #[error("eBPF map `{map}`: {source}")]
+    Map {
+        /// Map name.
+        map: &'static str,
+        /// The cause.
+        #[source]
+        source: aya::maps::MapError,
+    },
+
+    /// Finding what to probe in a process failed.
+    #[error(transparent)]
+    Targets(#[from] memtrack_targets::Error),
+
+    /// The command to run was not found.
+    #[error("{command}: command not found")]
+    CommandNotFound {
+        /// The program name as given.
+        command: String,
+    },
+
+    /// The command could not be started.
+    #[error("cannot start {command}: {reason}")]
+    Spawn {
+        /// The program name as given.
+        command: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A ptrace request failed (following children, holding a process stopped).
+    #[error("following process {pid} with ptrace failed ({what}): {source}")]
+    Ptrace {
+        /// The process.
+        pid: u32,
+        /// The request that failed.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: nix::Error,
+    },
+
+    /// A result file is unreadable, truncated or corrupt.
+    #[error("result file {path}: {reason}")]
+    ResultFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        reason: String,
+    },
+
+    /// A result file was written by a newer memtrack.
+    #[error(
+        "result file {path} has schema_version {found}, but this memtrack reads versions up \
+         to {supported}; upgrade memtrack to read it"
+    )]
+    FutureSchema {
+        /// The file.
+        path: PathBuf,
+        /// The version found in the file.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+
+    /// An I/O error on a path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The tracker was used in a way its configuration does not allow.
+    #[error("{0}")]
+    Usage(&'static str),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

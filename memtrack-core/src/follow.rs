@@ -1,0 +1,498 @@
+//! Follows a process tree with ptrace so every process in it is probed from its first
+//! instruction, without taxing unrelated processes.
+//!
+//! Why ptrace: uprobes scoped to one process (`perf_event_open` with a pid) fire only in
+//! that process, which keeps unrelated programs at native speed, but they do not follow
+//! `fork`, and inherited uprobe perf events made every `fork` fail here
+//! (../shared/ebpf-toolchain.md). With `PTRACE_O_TRACEFORK|VFORK|CLONE|EXEC` the kernel
+//! stops each new process before it runs and each image right after `execve`; the
+//! follower attaches that process's probes, then lets it go. ptrace stops happen only at
+//! those events, never per allocation. The cost: a tracked process cannot also be run
+//! under a debugger.
+//!
+//! After an `execve` the new image's libraries are not mapped yet (the dynamic loader
+//! maps them in user space), so the follower steps the process syscall by syscall until
+//! an object defining an allocator is mapped, attaches, and lets it run: the loader's
+//! own work happens before any allocator can be called, so nothing is missed.
+//!
+//! All ptrace requests come from one thread (the kernel ties tracees to the tracing
+//! thread); it waits with `__WNOTHREAD` so it never reaps other threads' children. A
+//! "sentinel" child blocked on a pipe lets another thread wake it for shutdown.
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsRawFd, OwnedFd},
+    sync::{Arc, mpsc},
+    thread::JoinHandle,
+};
+
+use memtrack_common::TrackState;
+use nix::{
+    errno::Errno,
+    sys::{
+        ptrace::{self, Event, Options},
+        signal::{Signal, kill},
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
+    unistd::{ForkResult, Pid, fork, pipe2},
+};
+
+use crate::{
+    error::{Error, Result},
+    process::{AllocatorStatus, ProcessRecord, monotonic_ns},
+    spawn::{self, CommandSpec},
+    tracker::Shared,
+};
+
+/// Syscall-stops to wait, after an exec, for an allocator to be mapped before giving up
+/// (a static binary without symbols, or a program with its own allocator).
+const MAX_SYSCALL_STOPS_AFTER_EXEC: u32 = 4000;
+
+/// What the follower starts from.
+pub(crate) enum Root {
+    /// Start this command, stopped before its exec.
+    Spawn(CommandSpec),
+    /// Seize this running process (and all its threads).
+    Attach(u32),
+}
+
+/// The handle the tracker keeps: the thread, and the pipe whose closing wakes it.
+pub(crate) struct Follower {
+    thread: Option<JoinHandle<()>>,
+    wake: Option<OwnedFd>,
+}
+
+impl Follower {
+    /// Starts the follower thread; returns once the root is stopped, probed and running
+    /// again (or failed to start), with the root's pid.
+    pub(crate) fn start(shared: Arc<Shared>, root: Root) -> Result<(Follower, u32)> {
+        let (wake_read, wake_write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::Usage(leak(format!("pipe: {e}"))))?;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("memtrack-follow".into())
+            .spawn(move || {
+                let mut state = FollowState {
+                    shared,
+                    tasks: HashMap::new(),
+                    exec_wait: HashMap::new(),
+                    root: 0,
+                    sentinel: None,
+                };
+                match state.setup(root, wake_read) {
+                    Ok(pid) => {
+                        let _ = ready_tx.send(Ok(pid));
+                        state.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        state.reap_sentinel();
+                    }
+                }
+            })
+            .map_err(|e| Error::Usage(leak(format!("cannot start the follower thread: {e}"))))?;
+        let mut follower = Follower {
+            thread: Some(thread),
+            wake: Some(wake_write),
+        };
+        match ready_rx.recv() {
+            Ok(Ok(pid)) => Ok((follower, pid)),
+            Ok(Err(e)) => {
+                follower.shutdown();
+                Err(e)
+            }
+            Err(_) => {
+                follower.shutdown();
+                Err(Error::Usage("the follower thread died during setup"))
+            }
+        }
+    }
+
+    /// Wakes the follower and waits for it to end; tracees still alive are detached (the
+    /// kernel detaches them when their tracing thread exits) and keep running.
+    pub(crate) fn shutdown(&mut self) {
+        drop(self.wake.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+#[derive(Clone, Copy)]
+struct Task {
+    tgid: u32,
+}
+
+struct FollowState {
+    shared: Arc<Shared>,
+    /// Every traced thread, by tid.
+    tasks: HashMap<u32, Task>,
+    /// Processes between an exec and their allocator being mapped: syscall-stops left.
+    exec_wait: HashMap<u32, u32>,
+    root: u32,
+    sentinel: Option<Pid>,
+}
+
+fn options() -> Options {
+    Options::PTRACE_O_TRACESYSGOOD
+        | Options::PTRACE_O_TRACEFORK
+        | Options::PTRACE_O_TRACEVFORK
+        | Options::PTRACE_O_TRACECLONE
+        | Options::PTRACE_O_TRACEEXEC
+}
+
+fn ptrace_err(pid: Pid, what: &'static str) -> impl FnOnce(Errno) -> Error {
+    move |source| Error::Ptrace {
+        pid: pid.as_raw() as u32,
+        what,
+        source,
+    }
+}
+
+/// Forks a child that blocks reading `wake` and exits when its write end closes: its exit
+/// wakes the follower's `waitpid`.
+fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
+    let fd = wake.as_raw_fd();
+    // SAFETY: the child only makes async-signal-safe calls.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => unsafe {
+            // Hold nothing else open (eBPF map and perf event descriptors included).
+            libc::dup2(fd, 0);
+            libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
+            let mut byte = 0u8;
+            while libc::read(0, (&raw mut byte).cast(), 1) > 0 {}
+            libc::_exit(0)
+        },
+        Ok(ForkResult::Parent { child }) => Ok(child),
+        Err(e) => Err(Error::Usage(leak(format!("fork of the follower's sentinel: {e}")))),
+    }
+}
+
+impl FollowState {
+    fn setup(&mut self, root: Root, wake: OwnedFd) -> Result<u32> {
+        self.sentinel = Some(spawn_sentinel(wake)?);
+        match root {
+            Root::Spawn(spec) => self.setup_spawn(&spec),
+            Root::Attach(pid) => self.setup_attach(pid),
+        }
+    }
+
+    fn setup_spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
+        let child = spawn::fork_stopped(spec)?;
+        let pid = child.pid;
+        let command = spec.program.to_string_lossy().into_owned();
+        let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::__WNOTHREAD;
+        match waitpid(pid, Some(flags)) {
+            Ok(WaitStatus::Stopped(_, _)) => {}
+            Ok(WaitStatus::Exited(_, _)) | Ok(WaitStatus::Signaled(..)) => {
+                let reason = spawn::exec_errno(&child.exec_error)
+                    .map(|e| Errno::from_raw(e).desc().to_string())
+                    .unwrap_or_else(|| "it exited before exec".into());
+                return Err(Error::Spawn { command, reason });
+            }
+            other => {
+                return Err(Error::Spawn {
+                    command,
+                    reason: format!("unexpected state before exec: {other:?}"),
+                });
+            }
+        }
+        ptrace::seize(pid, options()).map_err(ptrace_err(pid, "PTRACE_SEIZE"))?;
+        kill(pid, Signal::SIGCONT).map_err(ptrace_err(pid, "kill(SIGCONT)"))?;
+        let raw = pid.as_raw() as u32;
+        self.tasks.insert(raw, Task { tgid: raw });
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
+                    break;
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, Signal::SIGCONT)) | Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.tasks.remove(&raw);
+                    let reason = spawn::exec_errno(&child.exec_error)
+                        .map(|e| Errno::from_raw(e).desc().to_string())
+                        .unwrap_or_else(|| "it exited before exec".into());
+                    return Err(Error::Spawn { command, reason });
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+            }
+        }
+        self.root = raw;
+        let ppid = std::process::id();
+        self.register_process(raw, ppid);
+        self.after_exec(raw);
+        Ok(raw)
+    }
+
+    fn setup_attach(&mut self, pid: u32) -> Result<u32> {
+        let task_dir = format!("/proc/{pid}/task");
+        let tids: Vec<u32> = std::fs::read_dir(&task_dir)
+            .map_err(|_| Error::ProcessGone { pid })?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for tid in tids {
+            let t = Pid::from_raw(tid as i32);
+            match ptrace::seize(t, options()) {
+                Ok(()) => {
+                    self.tasks.insert(tid, Task { tgid: pid });
+                }
+                Err(Errno::ESRCH) => {}
+                Err(e) => return Err(ptrace_err(t, "PTRACE_SEIZE")(e)),
+            }
+        }
+        if self.tasks.is_empty() {
+            return Err(Error::ProcessGone { pid });
+        }
+        self.root = pid;
+        let ppid = crate::process::tgid_and_ppid(pid).map(|(_, p)| p).unwrap_or(0);
+        self.register_process(pid, ppid);
+        // A running process has its libraries mapped: probe it now (it keeps running
+        // meanwhile; calls before the probes are in place are not counted).
+        self.attach_now(pid);
+        Ok(pid)
+    }
+
+    /// Adds a process to the registry with zeroed counters and the current enable state.
+    fn register_process(&mut self, pid: u32, ppid: u32) {
+        let enabled = self.shared.enabled();
+        {
+            let mut engine = self.shared.engine.lock();
+            let _ = engine.reset_stats(pid);
+            let _ = engine.set_state(pid, TrackState {
+                enabled: enabled as u32,
+                tid: 0,
+            });
+        }
+        self.shared
+            .registry
+            .lock()
+            .insert(pid, ProcessRecord::new(pid, ppid));
+    }
+
+    /// Attaches probes for whatever allocator `pid` has mapped; records the outcome.
+    /// Returns true when an allocator was found.
+    fn attach_now(&mut self, pid: u32) -> bool {
+        let result = self.shared.engine.lock().attach_process(pid);
+        let mut registry = self.shared.registry.lock();
+        let Some(record) = registry.get_mut(&pid) else {
+            return false;
+        };
+        match result {
+            Ok(added) => {
+                record.probes.extend(added);
+                record.allocator = AllocatorStatus::Probed;
+                true
+            }
+            Err(Error::NoAllocator { objects, .. }) => {
+                record.allocator = AllocatorStatus::NotRecognised {
+                    reason: format!("no known allocator function in: {objects}"),
+                };
+                false
+            }
+            Err(e) => {
+                record.allocator = AllocatorStatus::NotRecognised {
+                    reason: e.to_string(),
+                };
+                false
+            }
+        }
+    }
+
+    /// A process just exec'd (it is stopped at the exec event): note its new command
+    /// line and probe it, now if it is statically linked, else once its loader has
+    /// mapped an allocator.
+    fn after_exec(&mut self, pid: u32) {
+        if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
+            record.command = crate::process::read_cmdline(pid);
+        }
+        let p = Pid::from_raw(pid as i32);
+        let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
+        let has_interp = has_interpreter(&exe).unwrap_or(true);
+        if !has_interp {
+            self.attach_now(pid);
+            let _ = ptrace::cont(p, None);
+            return;
+        }
+        self.exec_wait.insert(pid, MAX_SYSCALL_STOPS_AFTER_EXEC);
+        let _ = ptrace::syscall(p, None);
+    }
+
+    /// A syscall-stop of a process waiting for its allocator to be mapped.
+    fn on_syscall_stop(&mut self, tid: u32) {
+        let p = Pid::from_raw(tid as i32);
+        let Some(left) = self.exec_wait.get_mut(&tid) else {
+            let _ = ptrace::cont(p, None);
+            return;
+        };
+        *left = left.saturating_sub(1);
+        let left = *left;
+        // Only the exit of an mmap can map a new object.
+        let mapped = ptrace::getregs(p)
+            .map(|r| r.orig_rax == libc::SYS_mmap as u64 && r.rax != (-(libc::ENOSYS as i64)) as u64)
+            .unwrap_or(false);
+        if mapped && self.attach_now(tid) {
+            self.exec_wait.remove(&tid);
+            let _ = ptrace::cont(p, None);
+        } else if left == 0 {
+            self.exec_wait.remove(&tid);
+            let _ = ptrace::cont(p, None);
+        } else {
+            let _ = ptrace::syscall(p, None);
+        }
+    }
+
+    /// A task we have not seen stopped: a new thread or process auto-attached at fork.
+    fn on_new_task(&mut self, tid: u32) {
+        let p = Pid::from_raw(tid as i32);
+        let Some((tgid, ppid)) = crate::process::tgid_and_ppid(tid) else {
+            let _ = ptrace::cont(p, None);
+            return;
+        };
+        self.tasks.insert(tid, Task { tgid });
+        if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
+            // A new process: it shares its parent's mappings, so probe it right away.
+            self.register_process(tid, ppid);
+            self.attach_now(tid);
+        }
+        let _ = ptrace::cont(p, None);
+    }
+
+    fn on_exit(&mut self, tid: u32, code: Option<i32>, signal: Option<i32>) {
+        let Some(task) = self.tasks.remove(&tid) else {
+            return;
+        };
+        if task.tgid != tid {
+            return;
+        }
+        self.exec_wait.remove(&tid);
+        let final_stats = {
+            let mut engine = self.shared.engine.lock();
+            let stats = engine.read_stats(tid).ok();
+            engine.detach_process(tid);
+            engine.forget(tid);
+            stats
+        };
+        if let Some(record) = self.shared.registry.lock().get_mut(&tid) {
+            record.ended_ns = Some(monotonic_ns());
+            record.exit_code = code;
+            record.exit_signal = signal;
+            record.final_stats = final_stats;
+        }
+        if tid == self.root {
+            self.shared.root_exited(code, signal);
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            let status = waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+            match status {
+                Ok(WaitStatus::Exited(pid, code)) => {
+                    if Some(pid) == self.sentinel {
+                        self.sentinel = None;
+                        break;
+                    }
+                    self.on_exit(pid.as_raw() as u32, Some(code), None);
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                    if Some(pid) == self.sentinel {
+                        self.sentinel = None;
+                        break;
+                    }
+                    self.on_exit(pid.as_raw() as u32, None, Some(sig as i32));
+                }
+                Ok(WaitStatus::Stopped(pid, sig)) => {
+                    let tid = pid.as_raw() as u32;
+                    if !self.tasks.contains_key(&tid) {
+                        self.on_new_task(tid);
+                    } else {
+                        // Signal-delivery-stop: deliver the signal.
+                        let _ = ptrace::cont(pid, sig);
+                    }
+                }
+                Ok(WaitStatus::PtraceEvent(pid, sig, event)) => {
+                    let tid = pid.as_raw() as u32;
+                    if !self.tasks.contains_key(&tid) {
+                        self.on_new_task(tid);
+                    } else if event == Event::PTRACE_EVENT_EXEC as i32 {
+                        let tgid = self.tasks[&tid].tgid;
+                        if tgid != tid {
+                            // A non-leader thread exec'd: it took over the leader's pid.
+                            self.tasks.remove(&tid);
+                        }
+                        self.after_exec(tgid);
+                    } else if event == Event::PTRACE_EVENT_STOP as i32
+                        && matches!(
+                            sig,
+                            Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
+                        )
+                    {
+                        // Group-stop (job control): stay stopped until SIGCONT.
+                        // SAFETY: PTRACE_LISTEN takes no pointers.
+                        unsafe {
+                            libc::ptrace(libc::PTRACE_LISTEN, pid.as_raw(), 0, 0);
+                        }
+                    } else if self.exec_wait.contains_key(&self.tasks[&tid].tgid) {
+                        let _ = ptrace::syscall(pid, None);
+                    } else {
+                        let _ = ptrace::cont(pid, None);
+                    }
+                }
+                Ok(WaitStatus::PtraceSyscall(pid)) => {
+                    self.on_syscall_stop(pid.as_raw() as u32);
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn reap_sentinel(&mut self) {
+        if let Some(pid) = self.sentinel.take() {
+            let _ = waitpid(pid, Some(WaitPidFlag::__WNOTHREAD));
+        }
+    }
+}
+
+impl Drop for FollowState {
+    fn drop(&mut self) {
+        // The write end is closed by now (shutdown) or will be when the tracker goes; if
+        // the sentinel is still ours, wait for it so it does not linger as a zombie.
+        self.reap_sentinel();
+    }
+}
+
+/// Whether an executable names a dynamic loader (PT_INTERP): if so, its libraries are
+/// mapped after the exec, by that loader.
+fn has_interpreter(exe: &std::path::Path) -> Option<bool> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let data = std::fs::read(exe).ok()?;
+    let elf = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+    let endian = elf.endian();
+    Some(
+        elf.elf_program_headers()
+            .iter()
+            .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP),
+    )
+}

@@ -1,0 +1,44 @@
+//! # memtrack: exact heap memory tracking for Linux, counted in the kernel
+//!
+//! ```no_run
+//! use memtrack::Tracker;
+//!
+//! let mut tracker = Tracker::new()?; // this process, all threads (needs root or CAP_BPF+CAP_PERFMON)
+//! tracker.start()?;
+//! let boxed = Box::new([0u8; 1000]);
+//! drop(boxed);
+//! tracker.stop()?;
+//! let stats = tracker.collect()?;
+//! assert_eq!((stats.alloc_calls, stats.bytes_allocated, stats.free_calls), (1, 1000, 1));
+//! # Ok::<(), memtrack::Error>(())
+//! ```
+//!
+//! Every call of the `malloc` family (`malloc`, `calloc`, `realloc`, `reallocarray`,
+//! `free`, `aligned_alloc`, `posix_memalign`, `memalign`, `valloc`, `pvalloc`) made by the
+//! tracked process traps into an eBPF uprobe, which updates per-process counters in kernel
+//! maps: blocks, bytes, live and peak bytes, failures, frees of unknown pointers, a
+//! per-function breakdown and a size histogram (see [`Stats`] for exactly what each number
+//! counts). `mmap`/`munmap`/`brk` are counted apart through syscall tracepoints.
+//!
+//! Probes are scoped to the tracked processes: other programs on the machine run at
+//! native speed. To track a command and all its children, use
+//! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
+//! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
+
+mod error;
+mod follow;
+mod loader;
+mod privileges;
+mod process;
+mod results;
+mod spawn;
+mod stats;
+mod tracker;
+
+pub use error::{Error, Result};
+pub use loader::ProbeInfo;
+pub use process::{AllocatorStatus, TrackedProcess, monotonic_ns};
+pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use spawn::CommandSpec;
+pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
+pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder};

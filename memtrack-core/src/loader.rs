@@ -1,0 +1,392 @@
+//! Loads memtrack's eBPF object and attaches it (aya): one [`Engine`] owns the programs,
+//! the maps and every link, and is the only code that talks to the kernel's BPF side.
+//! Map reading and writing for the tracker lives here too, so the user/kernel contract
+//! (map names, key and value types from `memtrack-common`) is kept in one file.
+
+use std::{
+    collections::BTreeMap,
+    num::NonZeroU32,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData},
+    programs::{
+        TracePoint, UProbe,
+        trace_point::TracePointLinkId,
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
+    },
+};
+use memtrack_common::{LiveKey, PidStats, TrackState, global};
+use memtrack_targets::{AllocFn, ProbeTarget};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    error::{Error, Result},
+    privileges,
+};
+
+/// The compiled eBPF object, built by build.rs from the memtrack-ebpf crate.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrack-ebpf.o"));
+
+/// The one return program all allocating functions share.
+const RETURN_PROGRAM: &str = "alloc_return_prog";
+
+/// (program, tracepoint category, tracepoint name) of the syscall counters.
+const SYSCALL_PROGRAMS: [(&str, &str, &str); 5] = [
+    ("mmap_enter", "syscalls", "sys_enter_mmap"),
+    ("mmap_exit", "syscalls", "sys_exit_mmap"),
+    ("munmap_enter", "syscalls", "sys_enter_munmap"),
+    ("munmap_exit", "syscalls", "sys_exit_munmap"),
+    ("brk_exit", "syscalls", "sys_exit_brk"),
+];
+
+/// The entry program of each function.
+fn entry_program(function: AllocFn) -> &'static str {
+    match function {
+        AllocFn::Malloc => "malloc_entry",
+        AllocFn::Calloc => "calloc_entry",
+        AllocFn::Realloc => "realloc_entry_prog",
+        AllocFn::Reallocarray => "reallocarray_entry",
+        AllocFn::Free => "free_entry",
+        AllocFn::AlignedAlloc => "aligned_alloc_entry",
+        AllocFn::PosixMemalign => "posix_memalign_entry",
+        AllocFn::Memalign => "memalign_entry",
+        AllocFn::Valloc => "valloc_entry",
+        AllocFn::Pvalloc => "pvalloc_entry",
+    }
+}
+
+/// One probed function in one process, as recorded in results: what was measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeInfo {
+    /// The function whose calls this probe counts (e.g. "malloc").
+    pub function: String,
+    /// Other functions at the same address, counted under `function` (glibc 2.36:
+    /// `aligned_alloc` is `memalign`).
+    pub aliases: Vec<String>,
+    /// The ELF object probed.
+    pub object: PathBuf,
+    /// The symbol found in it.
+    pub symbol: String,
+    /// File offset of the function's first byte in `object`.
+    pub file_offset: u64,
+    /// Offset of the entry probe from the function's first byte, in bytes.
+    pub entry_offset: u64,
+    /// Whether a return probe is attached too.
+    pub return_probe: bool,
+}
+
+struct Link {
+    program: &'static str,
+    id: UProbeLinkId,
+}
+
+/// Probes attached for one process.
+#[derive(Default)]
+struct ProcessLinks {
+    links: Vec<Link>,
+    probes: Vec<ProbeInfo>,
+}
+
+/// The loaded eBPF object, its maps, and the links attached per process.
+pub(crate) struct Engine {
+    ebpf: Ebpf,
+    tracked: HashMap<MapData, u32, TrackState>,
+    stats: HashMap<MapData, u32, PidStats>,
+    live: HashMap<MapData, LiveKey, u64>,
+    global: Array<MapData, u64>,
+    processes: BTreeMap<u32, ProcessLinks>,
+    _syscall_links: Vec<TracePointLinkId>,
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
+    move |source| Error::Map { map, source }
+}
+
+fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + '_ {
+    move |source| Error::Program {
+        program: program.to_string(),
+        source,
+    }
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(Error::Map {
+        map: name,
+        source: aya::maps::MapError::InvalidName {
+            name: name.to_string(),
+        },
+    })?;
+    T::try_from(map).map_err(map_err(name))
+}
+
+impl Engine {
+    /// Checks privileges and kernel support, loads and verifies every program, and
+    /// attaches the (globally filtered) syscall tracepoints.
+    pub(crate) fn load(max_live_blocks: u32) -> Result<Self> {
+        privileges::check()?;
+        privileges::check_kernel()?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("LIVE", max_live_blocks)
+            .load(EBPF_OBJECT)?;
+        for function in AllocFn::ALL {
+            let name = entry_program(function);
+            let program: &mut UProbe = ebpf
+                .program_mut(name)
+                .ok_or_else(|| missing_program(name))?
+                .try_into()
+                .map_err(program_err(name))?;
+            program.load().map_err(program_err(name))?;
+        }
+        let ret: &mut UProbe = ebpf
+            .program_mut(RETURN_PROGRAM)
+            .ok_or_else(|| missing_program(RETURN_PROGRAM))?
+            .try_into()
+            .map_err(program_err(RETURN_PROGRAM))?;
+        ret.load().map_err(program_err(RETURN_PROGRAM))?;
+
+        let mut syscall_links = Vec::new();
+        for (name, category, tracepoint) in SYSCALL_PROGRAMS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| missing_program(name))?
+                .try_into()
+                .map_err(program_err(name))?;
+            program.load().map_err(program_err(name))?;
+            syscall_links.push(
+                program
+                    .attach(category, tracepoint)
+                    .map_err(program_err(name))?,
+            );
+        }
+
+        let tracked = take_map(&mut ebpf, "TRACKED")?;
+        let stats = take_map(&mut ebpf, "STATS")?;
+        let live = take_map(&mut ebpf, "LIVE")?;
+        let global = take_map(&mut ebpf, "GLOBAL")?;
+        Ok(Engine {
+            ebpf,
+            tracked,
+            stats,
+            live,
+            global,
+            processes: BTreeMap::new(),
+            _syscall_links: syscall_links,
+        })
+    }
+
+    /// Finds the allocator functions mapped into `pid` and attaches probes scoped to it
+    /// (only that process's calls trap). Already-attached sites are skipped, so this can
+    /// be called again after an `exec` or a `dlopen`. Returns the probes added.
+    pub(crate) fn attach_process(&mut self, pid: u32) -> Result<Vec<ProbeInfo>> {
+        let found = memtrack_targets::process_targets(pid).map_err(|e| match e {
+            memtrack_targets::Error::ProcessGone { pid } => Error::ProcessGone { pid },
+            memtrack_targets::Error::NoAllocator {
+                pid,
+                objects_scanned,
+            } => Error::NoAllocator {
+                pid,
+                objects: objects_scanned
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+            other => Error::Targets(other),
+        })?;
+        self.attach_targets(pid, &found.targets)
+    }
+
+    /// Attaches probes for `targets`, scoped to `pid`.
+    pub(crate) fn attach_targets(
+        &mut self,
+        pid: u32,
+        targets: &[ProbeTarget],
+    ) -> Result<Vec<ProbeInfo>> {
+        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        let mut added = Vec::new();
+        for target in targets {
+            let already = self.processes.get(&pid).is_some_and(|p| {
+                p.probes
+                    .iter()
+                    .any(|i| i.object == target.object && i.file_offset == target.file_offset)
+            });
+            if already {
+                continue;
+            }
+            let info = self.attach_one(pid, scope_pid, target)?;
+            added.push(info);
+        }
+        Ok(added)
+    }
+
+    fn attach_one(
+        &mut self,
+        pid: u32,
+        scope_pid: NonZeroU32,
+        target: &ProbeTarget,
+    ) -> Result<ProbeInfo> {
+        let entry = entry_program(target.function);
+        let entry_offset = 0;
+        let id = attach_uprobe(
+            &mut self.ebpf,
+            entry,
+            &target.object,
+            target.file_offset + entry_offset,
+            pid,
+            scope_pid,
+        )?;
+        let links = self.processes.entry(pid).or_default();
+        links.links.push(Link { program: entry, id });
+        let return_probe = target.function.has_return_probe();
+        if return_probe {
+            let id = attach_uprobe(
+                &mut self.ebpf,
+                RETURN_PROGRAM,
+                &target.object,
+                target.file_offset,
+                pid,
+                scope_pid,
+            )?;
+            links.links.push(Link {
+                program: RETURN_PROGRAM,
+                id,
+            });
+        }
+        let info = ProbeInfo {
+            function: target.function.symbol().to_string(),
+            aliases: target
+                .aliases
+                .iter()
+                .map(|a| a.symbol().to_string())
+                .collect(),
+            object: target.object.clone(),
+            symbol: target.symbol.clone(),
+            file_offset: target.file_offset,
+            entry_offset,
+            return_probe,
+        };
+        links.probes.push(info.clone());
+        Ok(info)
+    }
+
+    /// The probes attached for `pid`.
+    pub(crate) fn probes_of(&self, pid: u32) -> Vec<ProbeInfo> {
+        self.processes
+            .get(&pid)
+            .map(|p| p.probes.clone())
+            .unwrap_or_default()
+    }
+
+    /// Detaches every probe of `pid` (its process exited, or tracking ends).
+    pub(crate) fn detach_process(&mut self, pid: u32) {
+        let Some(links) = self.processes.remove(&pid) else {
+            return;
+        };
+        for link in links.links {
+            if let Some(program) = self.ebpf.program_mut(link.program) {
+                let program: Result<&mut UProbe, _> = program.try_into();
+                if let Ok(program) = program {
+                    // A link whose process is gone detaches fine; errors here would only
+                    // mean it is already gone.
+                    let _ = program.detach(link.id);
+                }
+            }
+        }
+    }
+
+    /// Sets whether (and which threads of) `pid` are counted.
+    pub(crate) fn set_state(&mut self, pid: u32, state: TrackState) -> Result<()> {
+        self.tracked
+            .insert(pid, state, 0)
+            .map_err(map_err("TRACKED"))
+    }
+
+    /// Stops probing `pid` in the kernel's eyes (its entry leaves the TRACKED map).
+    pub(crate) fn forget(&mut self, pid: u32) {
+        let _ = self.tracked.remove(&pid);
+        let _ = self.stats.remove(&pid);
+        self.purge_live(pid);
+    }
+
+    /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count
+    /// as unmatched, like blocks allocated before tracking).
+    pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
+        self.stats
+            .insert(pid, PidStats::ZERO, 0)
+            .map_err(map_err("STATS"))?;
+        self.purge_live(pid);
+        Ok(())
+    }
+
+    fn purge_live(&mut self, pid: u32) {
+        let keys: Vec<LiveKey> = self
+            .live
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| k.tgid == pid)
+            .collect();
+        for key in keys {
+            let _ = self.live.remove(&key);
+        }
+    }
+
+    /// The raw counters of `pid`.
+    pub(crate) fn read_stats(&self, pid: u32) -> Result<PidStats> {
+        match self.stats.get(&pid, 0) {
+            Ok(stats) => Ok(stats),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(PidStats::ZERO),
+            Err(source) => Err(Error::Map {
+                map: "STATS",
+                source,
+            }),
+        }
+    }
+
+    /// Events that could not be attributed to any tracked process (a tracked process
+    /// with no counters, a full pending map).
+    pub(crate) fn unattributed_losses(&self) -> u64 {
+        (0..global::LEN)
+            .filter_map(|i| self.global.get(&i, 0).ok())
+            .sum()
+    }
+}
+
+fn missing_program(name: &str) -> Error {
+    Error::Program {
+        program: name.to_string(),
+        source: aya::programs::ProgramError::UnexpectedProgramType,
+    }
+}
+
+fn attach_uprobe(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    object: &Path,
+    offset: u64,
+    pid: u32,
+    scope_pid: NonZeroU32,
+) -> Result<UProbeLinkId> {
+    let prog: &mut UProbe = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(program))?
+        .try_into()
+        .map_err(program_err(program))?;
+    prog.attach(
+        UProbeAttachLocation::AbsoluteOffset(offset),
+        object,
+        UProbeScope::OneProcess(scope_pid),
+    )
+    .map_err(|source| Error::Attach {
+        program: program.to_string(),
+        path: object.to_path_buf(),
+        offset,
+        pid,
+        source,
+    })
+}

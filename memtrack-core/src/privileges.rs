@@ -1,0 +1,92 @@
+//! Checks, before touching the kernel, that this process may load eBPF programs and
+//! attach uprobes, so a user without privileges gets one clear message instead of an
+//! `EPERM` from deep inside the loader.
+
+use crate::error::{Error, Result};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// The effective capability set of this process (`CapEff` of /proc/self/status).
+fn effective_capabilities() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+}
+
+fn has(caps: u64, cap: u32) -> bool {
+    caps & (1u64 << cap) != 0
+}
+
+/// The capabilities (by name) this process lacks for loading and attaching, given its
+/// effective set: empty when it has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON.
+pub(crate) fn missing_for_ebpf(caps: u64) -> Vec<&'static str> {
+    if has(caps, CAP_SYS_ADMIN) {
+        return Vec::new();
+    }
+    let mut missing = Vec::new();
+    if !has(caps, CAP_BPF) {
+        missing.push("CAP_BPF");
+    }
+    if !has(caps, CAP_PERFMON) {
+        missing.push("CAP_PERFMON");
+    }
+    missing
+}
+
+/// Fails with [`Error::MissingCapabilities`] unless this process can load and attach.
+pub(crate) fn check() -> Result<()> {
+    // If the status file is unreadable, let the kernel be the judge.
+    let Some(caps) = effective_capabilities() else {
+        return Ok(());
+    };
+    let missing = missing_for_ebpf(caps);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::MissingCapabilities {
+            missing: missing.join(" and "),
+        })
+    }
+}
+
+/// Fails with [`Error::Unsupported`] or [`Error::TracefsMissing`] when the kernel lacks
+/// what memtrack needs.
+pub(crate) fn check_kernel() -> Result<()> {
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(Error::Unsupported(
+            "no BTF at /sys/kernel/btf/vmlinux (a kernel built with CONFIG_DEBUG_INFO_BTF is needed)"
+                .into(),
+        ));
+    }
+    if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        return Err(Error::Unsupported(
+            "no uprobe PMU at /sys/bus/event_source/devices/uprobe (a kernel built with \
+             CONFIG_UPROBE_EVENTS is needed)"
+                .into(),
+        ));
+    }
+    if !std::path::Path::new("/sys/kernel/tracing/events/syscalls").exists() {
+        return Err(Error::TracefsMissing);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_needs_nothing() {
+        assert!(missing_for_ebpf(1 << CAP_SYS_ADMIN).is_empty());
+        assert!(missing_for_ebpf((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
+    }
+
+    #[test]
+    fn names_what_is_missing() {
+        assert_eq!(missing_for_ebpf(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+        assert_eq!(missing_for_ebpf(1 << CAP_BPF), vec!["CAP_PERFMON"]);
+        assert_eq!(missing_for_ebpf(1 << CAP_PERFMON), vec!["CAP_BPF"]);
+    }
+}

@@ -1,0 +1,146 @@
+//! What memtrack knows about each tracked process: identity, lifetime, probes, and the
+//! final counters of those that exited. Shared by the ptrace follower (which fills it)
+//! and the [`Tracker`](crate::Tracker) (which reads it).
+
+use std::{collections::BTreeMap, path::Path};
+
+use memtrack_common::PidStats;
+use serde::{Deserialize, Serialize};
+
+use crate::{loader::ProbeInfo, stats::Stats};
+
+/// Whether memtrack could probe a process's allocator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AllocatorStatus {
+    /// Probes are attached; the counters are complete.
+    Probed,
+    /// No allocator memtrack knows was found: the counters are NOT a measurement of the
+    /// process's heap (they stay zero because nothing was probed).
+    NotRecognised {
+        /// Why, for humans.
+        reason: String,
+    },
+}
+
+/// One tracked process and its counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackedProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id (0 if unknown).
+    pub ppid: u32,
+    /// Command line (argv) of the image it ran last.
+    pub command: Vec<String>,
+    /// When tracking of it began, `CLOCK_MONOTONIC` ns.
+    pub started_ns: u64,
+    /// When tracking of it began, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// When it exited, `CLOCK_MONOTONIC` ns (None: still running at collection).
+    pub ended_ns: Option<u64>,
+    /// Its exit code, if it exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    pub exit_signal: Option<i32>,
+    /// Whether its allocator could be probed.
+    pub allocator: AllocatorStatus,
+    /// The probes attached to it.
+    pub probes: Vec<ProbeInfo>,
+    /// Its counters.
+    pub stats: Stats,
+}
+
+/// The follower's record of a process.
+#[derive(Clone, Debug)]
+pub(crate) struct ProcessRecord {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: Vec<String>,
+    pub started_ns: u64,
+    pub started_unix_ms: u64,
+    pub ended_ns: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub allocator: AllocatorStatus,
+    pub probes: Vec<ProbeInfo>,
+    /// Counters captured when it exited (its map entries are then released).
+    pub final_stats: Option<PidStats>,
+}
+
+impl ProcessRecord {
+    pub(crate) fn new(pid: u32, ppid: u32) -> Self {
+        ProcessRecord {
+            pid,
+            ppid,
+            command: read_cmdline(pid),
+            started_ns: monotonic_ns(),
+            started_unix_ms: unix_ms(),
+            ended_ns: None,
+            exit_code: None,
+            exit_signal: None,
+            allocator: AllocatorStatus::NotRecognised {
+                reason: "probes not attached yet".into(),
+            },
+            probes: Vec::new(),
+            final_stats: None,
+        }
+    }
+
+    pub(crate) fn report(&self, stats: Stats) -> TrackedProcess {
+        TrackedProcess {
+            pid: self.pid,
+            ppid: self.ppid,
+            command: self.command.clone(),
+            started_ns: self.started_ns,
+            started_unix_ms: self.started_unix_ms,
+            ended_ns: self.ended_ns,
+            exit_code: self.exit_code,
+            exit_signal: self.exit_signal,
+            allocator: self.allocator.clone(),
+            probes: self.probes.clone(),
+            stats,
+        }
+    }
+}
+
+/// Processes by pid.
+pub(crate) type Registry = BTreeMap<u32, ProcessRecord>;
+
+/// `/proc/PID/cmdline` as strings (empty if unreadable).
+pub(crate) fn read_cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| {
+            bytes
+                .split(|&b| b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// (Tgid, PPid) of a task from `/proc/TID/status`.
+pub(crate) fn tgid_and_ppid(tid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(Path::new("/proc").join(tid.to_string()).join("status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+    };
+    Some((field("Tgid:")?, field("PPid:")?))
+}
+
+/// Now, in `CLOCK_MONOTONIC` ns (the clock of `bpf_ktime_get_ns` and of markers).
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

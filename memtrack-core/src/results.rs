@@ -1,0 +1,263 @@
+//! Result files: one `{pid}.MemtrackResult.msgpack` per tracked process, MessagePack maps
+//! with named fields (rmp-serde), written atomically, read back with clear errors.
+//!
+//! Compatibility: `schema_version` is checked before anything else; fields added in
+//! later versions carry `#[serde(default)]` so older files stay readable; a file from a
+//! newer memtrack is refused with [`Error::FutureSchema`] naming the file.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    error::{Error, Result},
+    loader::ProbeInfo,
+    process::{AllocatorStatus, TrackedProcess},
+    stats::Stats,
+};
+
+/// The schema version this build writes, and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
+pub const RESULT_FILE_SUFFIX: &str = ".MemtrackResult.msgpack";
+
+/// The result of tracking one process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemtrackResult {
+    /// Version of this format ([`SCHEMA_VERSION`] when written by this build).
+    pub schema_version: u32,
+    /// Version of the memtrack that wrote it.
+    pub memtrack_version: String,
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id (0 if unknown).
+    pub ppid: u32,
+    /// Command line of the image it ran last.
+    pub command: Vec<String>,
+    /// When tracking of it began, `CLOCK_MONOTONIC` ns.
+    pub started_ns: u64,
+    /// When tracking of it began, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// When it exited, `CLOCK_MONOTONIC` ns (None: still running when written).
+    pub ended_ns: Option<u64>,
+    /// Exit code, if it exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal that killed it, if any.
+    pub exit_signal: Option<i32>,
+    /// Whether its allocator was probed; if not, `stats` is not a measurement.
+    pub allocator: AllocatorStatus,
+    /// What was probed.
+    pub probes: Vec<ProbeInfo>,
+    /// The counters.
+    pub stats: Stats,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    schema_version: u32,
+}
+
+impl MemtrackResult {
+    /// The result of one tracked process.
+    pub fn from_process(p: &TrackedProcess) -> Self {
+        MemtrackResult {
+            schema_version: SCHEMA_VERSION,
+            memtrack_version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: p.pid,
+            ppid: p.ppid,
+            command: p.command.clone(),
+            started_ns: p.started_ns,
+            started_unix_ms: p.started_unix_ms,
+            ended_ns: p.ended_ns,
+            exit_code: p.exit_code,
+            exit_signal: p.exit_signal,
+            allocator: p.allocator.clone(),
+            probes: p.probes.clone(),
+            stats: p.stats.clone(),
+        }
+    }
+
+    /// `{pid}.MemtrackResult.msgpack`.
+    pub fn file_name(&self) -> String {
+        format!("{}{RESULT_FILE_SUFFIX}", self.pid)
+    }
+
+    /// The MessagePack encoding (a map with named fields).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("a MemtrackResult always serialises")
+    }
+
+    /// Decodes a file's bytes; `path` only names the file in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
+        let version: VersionOnly = rmp_serde::from_slice(bytes).map_err(|e| Error::ResultFile {
+            path: path.to_path_buf(),
+            reason: format!("not a memtrack result (truncated or corrupt MessagePack): {e}"),
+        })?;
+        if version.schema_version > SCHEMA_VERSION {
+            return Err(Error::FutureSchema {
+                path: path.to_path_buf(),
+                found: version.schema_version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        rmp_serde::from_slice(bytes).map_err(|e| Error::ResultFile {
+            path: path.to_path_buf(),
+            reason: format!("truncated or corrupt: {e}"),
+        })
+    }
+
+    /// Writes `dir/{pid}.MemtrackResult.msgpack` atomically (a temporary file renamed
+    /// into place), creating `dir` if needed. Returns the path written.
+    pub fn write_to_dir(&self, dir: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join(self.file_name());
+        let tmp = dir.join(format!(".{}.tmp-{}", self.file_name(), std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&self.to_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io(&path, e)
+        })?;
+        Ok(path)
+    }
+
+    /// Reads one result file.
+    pub fn read_from(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Reads every `*.MemtrackResult.msgpack` in `dir`, ordered by pid. Any unreadable
+    /// file is an error naming it.
+    pub fn read_dir(dir: &Path) -> Result<Vec<Self>> {
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut results = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(RESULT_FILE_SUFFIX) && !name.starts_with('.') {
+                results.push(Self::read_from(&entry.path())?);
+            }
+        }
+        results.sort_by_key(|r| r.pid);
+        Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn sample() -> MemtrackResult {
+        let mut functions = BTreeMap::new();
+        functions.insert(
+            "malloc".to_string(),
+            crate::stats::FunctionStats {
+                calls: 3,
+                failures: 0,
+                bytes: 300,
+                grows: 0,
+                shrinks: 0,
+            },
+        );
+        MemtrackResult {
+            schema_version: SCHEMA_VERSION,
+            memtrack_version: "test".into(),
+            pid: 42,
+            ppid: 1,
+            command: vec!["prog".into(), "arg".into()],
+            started_ns: 10,
+            started_unix_ms: 20,
+            ended_ns: Some(30),
+            exit_code: Some(0),
+            exit_signal: None,
+            allocator: AllocatorStatus::Probed,
+            probes: vec![ProbeInfo {
+                function: "malloc".into(),
+                aliases: vec![],
+                object: "/lib/libc.so.6".into(),
+                symbol: "malloc".into(),
+                file_offset: 0x1000,
+                entry_offset: 0,
+                return_probe: true,
+            }],
+            stats: Stats {
+                alloc_calls: 3,
+                bytes_allocated: 300,
+                functions,
+                ..Stats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn round_trips_through_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = sample();
+        let path = result.write_to_dir(dir.path()).unwrap();
+        assert_eq!(path.file_name().unwrap(), "42.MemtrackResult.msgpack");
+        assert_eq!(MemtrackResult::read_from(&path).unwrap(), result);
+        let mut other = sample();
+        other.pid = 7;
+        other.write_to_dir(dir.path()).unwrap();
+        let all = MemtrackResult::read_dir(dir.path()).unwrap();
+        assert_eq!(all.iter().map(|r| r.pid).collect::<Vec<_>>(), vec![7, 42]);
+    }
+
+    #[test]
+    fn uses_named_fields() {
+        // Any MessagePack reader sees a map keyed by field name.
+        let value: rmpv::Value = rmpv::decode::read_value(&mut &sample().to_bytes()[..]).unwrap();
+        let map = value.as_map().expect("a map");
+        let keys: Vec<&str> = map.iter().filter_map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"schema_version"));
+        assert!(keys.contains(&"stats"));
+        assert!(keys.contains(&"pid"));
+    }
+
+    #[test]
+    fn truncated_file_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample().write_to_dir(dir.path()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        let err = MemtrackResult::read_from(&path).unwrap_err();
+        assert!(matches!(err, Error::ResultFile { .. }), "{err:?}");
+        assert!(err.to_string().contains("42.MemtrackResult.msgpack"), "{err}");
+        // read_dir reports it too.
+        assert!(MemtrackResult::read_dir(dir.path()).is_err());
+    }
+
+    #[test]
+    fn future_schema_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut future = sample();
+        future.schema_version = 999;
+        let path = future.write_to_dir(dir.path()).unwrap();
+        let err = MemtrackResult::read_from(&path).unwrap_err();
+        match &err {
+            Error::FutureSchema { found, supported, .. } => {
+                assert_eq!((*found, *supported), (999, SCHEMA_VERSION));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(err.to_string().contains("schema_version 999"), "{err}");
+        assert!(err.to_string().contains("42.MemtrackResult.msgpack"), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_a_clear_error() {
+        let err = MemtrackResult::from_bytes(b"\xc1garbage", Path::new("x.msgpack")).unwrap_err();
+        assert!(err.to_string().contains("x.msgpack"), "{err}");
+    }
+}

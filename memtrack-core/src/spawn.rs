@@ -1,0 +1,282 @@
+//! Starts a command held stopped before its `execve`, so probes can be in place before
+//! its first instruction runs.
+//!
+//! `std::process::Command::spawn` cannot do this: it waits until the child has exec'd,
+//! so a child that stops itself first deadlocks it (../shared/ebpf-toolchain.md). The
+//! child here stops itself with SIGSTOP right after `fork`; the tracer seizes it with
+//! ptrace, continues it, and sees the exec as a ptrace event. Nothing the child does
+//! between `fork` and `execve` allocates (everything is prepared before the fork), so
+//! no allocation of the launcher is counted against the command.
+
+use std::{
+    ffi::{CString, OsStr, OsString},
+    os::unix::ffi::{OsStrExt, OsStringExt},
+    os::fd::{AsRawFd, OwnedFd},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use nix::unistd::{ForkResult, Pid, fork, pipe2};
+
+use crate::error::{Error, Result};
+
+/// What to run: program, arguments, environment changes, directory, identity.
+#[derive(Clone, Debug)]
+pub struct CommandSpec {
+    /// The program, a path or a name looked up in PATH.
+    pub program: OsString,
+    /// Arguments after argv[0].
+    pub args: Vec<OsString>,
+    /// Environment changes on top of this process's environment (None: remove).
+    pub env: Vec<(OsString, Option<OsString>)>,
+    /// Working directory (None: this process's).
+    pub cwd: Option<PathBuf>,
+    /// Run as this (uid, gid) instead of this process's identity (e.g. the invoking user
+    /// of `sudo`).
+    pub run_as: Option<(u32, u32)>,
+}
+
+impl CommandSpec {
+    /// A command with no arguments.
+    pub fn new(program: impl Into<OsString>) -> Self {
+        CommandSpec {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            run_as: None,
+        }
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for the command.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), Some(value.into())));
+        self
+    }
+
+    /// The command line as strings (argv), for reports.
+    pub fn argv_lossy(&self) -> Vec<String> {
+        std::iter::once(&self.program)
+            .chain(self.args.iter())
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+impl From<&Command> for CommandSpec {
+    fn from(cmd: &Command) -> Self {
+        CommandSpec {
+            program: cmd.get_program().to_os_string(),
+            args: cmd.get_args().map(OsStr::to_os_string).collect(),
+            env: cmd
+                .get_envs()
+                .map(|(k, v)| (k.to_os_string(), v.map(OsStr::to_os_string)))
+                .collect(),
+            cwd: cmd.get_current_dir().map(Path::to_path_buf),
+            run_as: None,
+        }
+    }
+}
+
+impl From<Command> for CommandSpec {
+    fn from(cmd: Command) -> Self {
+        CommandSpec::from(&cmd)
+    }
+}
+
+impl From<&mut Command> for CommandSpec {
+    fn from(cmd: &mut Command) -> Self {
+        CommandSpec::from(&*cmd)
+    }
+}
+
+/// Finds `program` the way a shell would: as given when it contains a slash, else in
+/// the directories of `path_var`.
+pub(crate) fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> Option<PathBuf> {
+    let is_executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        return is_executable(&p).then_some(p);
+    }
+    let path_var = path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(path_var)
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
+}
+
+/// A forked child, stopped (or about to stop) with SIGSTOP before its exec.
+pub(crate) struct StoppedChild {
+    /// The child's pid.
+    pub pid: Pid,
+    /// Read end of the exec-error pipe: empty at EOF when exec succeeded, 4 bytes of
+    /// errno when it failed.
+    pub exec_error: OwnedFd,
+}
+
+fn cstring(s: &OsStr, what: &str, command: &str) -> Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| Error::Spawn {
+        command: command.to_string(),
+        reason: format!("{what} contains a NUL byte"),
+    })
+}
+
+/// Forks the command; the child raises SIGSTOP before `execve`. Must be called on the
+/// thread that will trace it (it becomes that thread's child).
+pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
+    let command = spec.program.to_string_lossy().into_owned();
+    // The environment the command will see.
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    for (key, value) in &spec.env {
+        env.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            env.push((key.clone(), value.clone()));
+        }
+    }
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let program = resolve_program(&spec.program, path_var).ok_or_else(|| {
+        if spec.program.as_bytes().contains(&b'/') && Path::new(&spec.program).exists() {
+            Error::Spawn {
+                command: command.clone(),
+                reason: "permission denied (not an executable file)".into(),
+            }
+        } else {
+            Error::CommandNotFound {
+                command: command.clone(),
+            }
+        }
+    })?;
+
+    // Everything the child needs is allocated now: after fork it may only make
+    // async-signal-safe calls.
+    let c_program = cstring(program.as_os_str(), "program path", &command)?;
+    let mut argv = vec![cstring(&spec.program, "argument", &command)?];
+    for arg in &spec.args {
+        argv.push(cstring(arg, "argument", &command)?);
+    }
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut envp = Vec::with_capacity(env.len());
+    for (k, v) in &env {
+        let mut kv = k.clone().into_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp.push(CString::new(kv).map_err(|_| Error::Spawn {
+            command: command.clone(),
+            reason: "environment contains a NUL byte".into(),
+        })?);
+    }
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    let cwd = match &spec.cwd {
+        Some(dir) => Some(cstring(dir.as_os_str(), "directory", &command)?),
+        None => None,
+    };
+    let (err_read, err_write) =
+        pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Spawn {
+            command: command.clone(),
+            reason: format!("pipe: {e}"),
+        })?;
+
+    // SAFETY: the child only makes async-signal-safe calls (no allocation, no locks)
+    // before execve or _exit.
+    match unsafe { fork() } {
+        Err(e) => Err(Error::Spawn {
+            command,
+            reason: format!("fork: {e}"),
+        }),
+        Ok(ForkResult::Child) => unsafe {
+            let fail = |fd: i32| -> ! {
+                let errno = *libc::__errno_location();
+                let bytes = errno.to_ne_bytes();
+                libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(127)
+            };
+            let wfd = err_write.as_raw_fd();
+            // Undo what this (Rust) process changed: SIGPIPE is ignored by the Rust
+            // runtime, and a harness thread may have blocked signals.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            if let Some(dir) = &cwd
+                && libc::chdir(dir.as_ptr()) != 0
+            {
+                fail(wfd);
+            }
+            if let Some((uid, gid)) = spec.run_as {
+                let groups = [gid];
+                if libc::setgroups(1, groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    fail(wfd);
+                }
+            }
+            libc::raise(libc::SIGSTOP);
+            libc::execve(c_program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+            fail(wfd)
+        },
+        Ok(ForkResult::Parent { child }) => {
+            drop(err_write);
+            Ok(StoppedChild {
+                pid: child,
+                exec_error: err_read,
+            })
+        }
+    }
+}
+
+/// Reads the exec-error pipe after the child exec'd or exited: the errno it reported.
+pub(crate) fn exec_errno(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let n = nix::unistd::read(fd, &mut buf).ok()?;
+    (n == 4).then(|| i32::from_ne_bytes(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_names_in_path() {
+        let found = resolve_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin")));
+        assert_eq!(found, Some(PathBuf::from("/bin/sh")));
+        assert_eq!(
+            resolve_program(OsStr::new("definitely-not-a-command-xyz"), None),
+            None
+        );
+        assert_eq!(resolve_program(OsStr::new("/nonexistent"), None), None);
+        assert_eq!(
+            resolve_program(OsStr::new("/bin/sh"), None),
+            Some(PathBuf::from("/bin/sh"))
+        );
+    }
+
+    #[test]
+    fn spec_from_command_keeps_args_and_env() {
+        let mut cmd = Command::new("prog");
+        cmd.arg("a").arg("b").env("K", "V").env_remove("R");
+        let spec = CommandSpec::from(&cmd);
+        assert_eq!(spec.argv_lossy(), vec!["prog", "a", "b"]);
+        assert!(spec.env.contains(&("K".into(), Some("V".into()))));
+        assert!(spec.env.contains(&("R".into(), None)));
+    }
+}

@@ -1,0 +1,345 @@
+//! [`Tracker`]: the in-process API. It owns the loaded eBPF programs, decides which
+//! processes are counted and when, and turns the kernel's counters into [`Stats`].
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
+use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, PidStats, TrackState};
+use parking_lot::{Condvar, Mutex};
+
+use crate::{
+    error::{Error, Result},
+    follow::{Follower, Root},
+    loader::{Engine, ProbeInfo},
+    process::{AllocatorStatus, ProcessRecord, Registry, TrackedProcess},
+    spawn::CommandSpec,
+    stats::Stats,
+};
+
+/// Which calls of the tracked process count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Every thread of the process.
+    #[default]
+    Process,
+    /// Only the thread that called [`Tracker::start`] (for trackers inside a
+    /// multi-threaded test harness).
+    Thread,
+}
+
+/// How a process's exit was reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// Exit code, if it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, if a signal killed it.
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    /// The shell convention: the code, or 128 + the signal number.
+    pub fn shell_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(sig)) => 128 + sig,
+            (None, None) => 1,
+        }
+    }
+}
+
+/// State shared by the tracker and its follower thread.
+pub(crate) struct Shared {
+    pub(crate) engine: Mutex<Engine>,
+    pub(crate) registry: Mutex<Registry>,
+    enabled: AtomicBool,
+    root_exit: Mutex<Option<ExitStatus>>,
+    root_exit_cv: Condvar,
+}
+
+impl Shared {
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn root_exited(&self, code: Option<i32>, signal: Option<i32>) {
+        *self.root_exit.lock() = Some(ExitStatus { code, signal });
+        self.root_exit_cv.notify_all();
+    }
+}
+
+/// Configures a [`Tracker`]. Start with [`Tracker::builder`].
+#[derive(Clone, Debug)]
+pub struct TrackerBuilder {
+    scope: Scope,
+    max_live_blocks: u32,
+    start_enabled: bool,
+}
+
+impl Default for TrackerBuilder {
+    fn default() -> Self {
+        TrackerBuilder {
+            scope: Scope::Process,
+            max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
+            start_enabled: true,
+        }
+    }
+}
+
+impl TrackerBuilder {
+    /// Which calls count (default: every thread of the process).
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Capacity of the kernel's live-block map, shared by all tracked processes
+    /// (default 1,048,576 blocks, about 80 MiB of kernel memory when full). A full map
+    /// is counted in `lost_events`, never silent.
+    pub fn max_live_blocks(mut self, blocks: u32) -> Self {
+        self.max_live_blocks = blocks.max(1);
+        self
+    }
+
+    /// For [`spawn`](Self::spawn) and [`attach_pid`](Self::attach_pid): whether counting
+    /// is on from the start (default) or waits for [`Tracker::start`].
+    pub fn start_enabled(mut self, enabled: bool) -> Self {
+        self.start_enabled = enabled;
+        self
+    }
+
+    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
+            engine: Mutex::new(Engine::load(self.max_live_blocks)?),
+            registry: Mutex::new(Registry::new()),
+            enabled: AtomicBool::new(enabled),
+            root_exit: Mutex::new(None),
+            root_exit_cv: Condvar::new(),
+        }))
+    }
+
+    /// A tracker of the calling process (all its threads, or with [`Scope::Thread`] the
+    /// thread that calls `start`). Counting is off until [`Tracker::start`].
+    pub fn build(self) -> Result<Tracker> {
+        let pid = std::process::id();
+        let shared = self.shared(false)?;
+        {
+            let mut engine = shared.engine.lock();
+            engine.reset_stats(pid)?;
+            engine.set_state(pid, TrackState::default())?;
+            let probes = engine.attach_process(pid)?;
+            let mut record = ProcessRecord::new(pid, std::os::unix::process::parent_id());
+            record.probes = probes;
+            record.allocator = AllocatorStatus::Probed;
+            shared.registry.lock().insert(pid, record);
+        }
+        Ok(Tracker {
+            shared,
+            pid,
+            scope: self.scope,
+            follower: None,
+        })
+    }
+
+    /// Starts `command` held stopped before its exec, probes it, and lets it run; every
+    /// process it starts is followed and tracked with its own counters. Counting starts
+    /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
+    pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<Tracker> {
+        if self.scope == Scope::Thread {
+            return Err(Error::Usage("Scope::Thread applies to the calling process only"));
+        }
+        let shared = self.shared(self.start_enabled)?;
+        let (follower, pid) = Follower::start(shared.clone(), Root::Spawn(command.into()))?;
+        Ok(Tracker {
+            shared,
+            pid,
+            scope: Scope::Process,
+            follower: Some(follower),
+        })
+    }
+
+    /// Tracks a running process and every process it starts from now on. Calls made
+    /// before the probes are attached are not counted (frees of those blocks show as
+    /// `unmatched_frees`).
+    pub fn attach_pid(self, pid: u32) -> Result<Tracker> {
+        if self.scope == Scope::Thread {
+            return Err(Error::Usage("Scope::Thread applies to the calling process only"));
+        }
+        if pid == std::process::id() {
+            return Err(Error::Usage(
+                "attach_pid cannot track the calling process; use Tracker::new",
+            ));
+        }
+        let shared = self.shared(self.start_enabled)?;
+        let (follower, pid) = Follower::start(shared.clone(), Root::Attach(pid))?;
+        Ok(Tracker {
+            shared,
+            pid,
+            scope: Scope::Process,
+            follower: Some(follower),
+        })
+    }
+}
+
+/// Counts the heap allocations of a process, in the kernel, exactly.
+///
+/// ```no_run
+/// let mut tracker = memtrack::Tracker::new()?;
+/// tracker.start()?;
+/// let v = vec![0u8; 1000];
+/// drop(v);
+/// tracker.stop()?;
+/// let stats = tracker.collect()?;
+/// assert_eq!(stats.alloc_calls, 1);
+/// assert_eq!(stats.bytes_allocated, 1000);
+/// # Ok::<(), memtrack::Error>(())
+/// ```
+///
+/// Dropping the tracker detaches every probe (and stops following processes).
+pub struct Tracker {
+    shared: Arc<Shared>,
+    pid: u32,
+    scope: Scope,
+    follower: Option<Follower>,
+}
+
+impl Tracker {
+    /// A tracker of the calling process, all threads; counting is off until
+    /// [`start`](Self::start). Needs CAP_BPF and CAP_PERFMON (or root).
+    pub fn new() -> Result<Tracker> {
+        Tracker::builder().build()
+    }
+
+    /// Configure a tracker: scope, map size, another process or a command.
+    pub fn builder() -> TrackerBuilder {
+        TrackerBuilder::default()
+    }
+
+    /// The pid of the tracked (root) process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Turns counting on. Nothing is allocated on the way out of this call, so the
+    /// tracker's own work is never counted.
+    pub fn start(&mut self) -> Result<()> {
+        self.set_enabled(true)
+    }
+
+    /// Turns counting off. Nothing is allocated on the way into this call.
+    pub fn stop(&mut self) -> Result<()> {
+        self.set_enabled(false)
+    }
+
+    fn set_enabled(&mut self, enabled: bool) -> Result<()> {
+        let tid = match self.scope {
+            Scope::Process => 0,
+            Scope::Thread => nix::unistd::gettid().as_raw() as u32,
+        };
+        let state = TrackState {
+            enabled: enabled as u32,
+            tid,
+        };
+        self.shared.enabled.store(enabled, Ordering::SeqCst);
+        let mut engine = self.shared.engine.lock();
+        if self.follower.is_none() {
+            return engine.set_state(self.pid, state);
+        }
+        let registry = self.shared.registry.lock();
+        for record in registry.values().filter(|r| r.ended_ns.is_none()) {
+            engine.set_state(record.pid, state)?;
+        }
+        Ok(())
+    }
+
+    /// The counters of the tracked (root) process since it was first tracked or last
+    /// [`reset`](Self::reset).
+    pub fn collect(&self) -> Result<Stats> {
+        Ok(Stats::from(&self.raw_stats(self.pid)?))
+    }
+
+    fn raw_stats(&self, pid: u32) -> Result<PidStats> {
+        if let Some(record) = self.shared.registry.lock().get(&pid)
+            && let Some(stats) = record.final_stats
+        {
+            return Ok(stats);
+        }
+        self.shared.engine.lock().read_stats(pid)
+    }
+
+    /// Every tracked process (the root and its descendants) with its own counters,
+    /// ordered by pid.
+    pub fn collect_processes(&self) -> Result<Vec<TrackedProcess>> {
+        let records: Vec<ProcessRecord> = self.shared.registry.lock().values().cloned().collect();
+        records
+            .iter()
+            .map(|record| {
+                let raw = match record.final_stats {
+                    Some(stats) => stats,
+                    None => self.shared.engine.lock().read_stats(record.pid)?,
+                };
+                Ok(record.report(Stats::from(&raw)))
+            })
+            .collect()
+    }
+
+    /// Zeroes the counters of every tracked process. Blocks allocated before the reset
+    /// are forgotten: their frees count as `unmatched_frees`.
+    pub fn reset(&mut self) -> Result<()> {
+        let pids: Vec<u32> = self
+            .shared
+            .registry
+            .lock()
+            .values()
+            .filter(|r| r.ended_ns.is_none())
+            .map(|r| r.pid)
+            .collect();
+        let mut engine = self.shared.engine.lock();
+        for pid in pids {
+            engine.reset_stats(pid)?;
+        }
+        Ok(())
+    }
+
+    /// The probes attached to the root process (what was measured).
+    pub fn probes(&self) -> Vec<ProbeInfo> {
+        self.shared.engine.lock().probes_of(self.pid)
+    }
+
+    /// Events that could not be attributed to any process (see
+    /// [`Stats::lost_events`] for per-process losses). 0 means nothing was lost.
+    pub fn unattributed_lost_events(&self) -> u64 {
+        self.shared.engine.lock().unattributed_losses()
+    }
+
+    /// For spawned or attached trackers: waits until the root process exits and returns
+    /// how it exited. Its descendants may still run (and stay tracked).
+    pub fn wait(&self) -> Result<ExitStatus> {
+        if self.follower.is_none() {
+            return Err(Error::Usage(
+                "wait() is for trackers made with spawn() or attach_pid()",
+            ));
+        }
+        let mut exit = self.shared.root_exit.lock();
+        while exit.is_none() {
+            self.shared.root_exit_cv.wait(&mut exit);
+        }
+        Ok(exit.expect("checked above"))
+    }
+
+    /// The root's exit status if it has exited.
+    pub fn try_wait(&self) -> Option<ExitStatus> {
+        *self.shared.root_exit.lock()
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        // Stop following first (the follower uses the engine), then the engine's drop
+        // detaches every probe and unloads the programs.
+        if let Some(mut follower) = self.follower.take() {
+            follower.shutdown();
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The accounting rules, in one place: what a call does to a process's counters.
+//!
+//! Blocks are counted as valgrind's DHAT counts them, so numbers can be cross-checked:
+//! every successful allocation hands out one block of its requested size; a successful
+//! `realloc(p, n)` (p != NULL, n > 0) releases p's block and hands out a new one of n bytes;
+//! frees of pointers never seen are counted apart and never subtracted.
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use memtrack_common::{HISTOGRAM_BUCKETS, LiveKey, NUM_FUNCS, Pending, PidStats, global};
+
+use crate::{
+    atomics,
+    maps::{GLOBAL, LIVE, PENDING, STATS, TRACKED},
+};
+
+/// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
+#[inline(always)]
+pub fn current() -> u64 {
+    bpf_get_current_pid_tgid()
+}
+
+/// The process id (tgid) of a `pid_tgid`.
+#[inline(always)]
+pub fn tgid_of(pid_tgid: u64) -> u32 {
+    (pid_tgid >> 32) as u32
+}
+
+/// Whether calls of this thread are counted now: its process is tracked, enabled, and the
+/// thread passes the thread filter.
+#[inline(always)]
+pub fn is_counted(pid_tgid: u64) -> bool {
+    let tgid = tgid_of(pid_tgid);
+    // SAFETY: the value is plain data read once.
+    match unsafe { TRACKED.get(&tgid) } {
+        Some(state) => state.enabled != 0 && (state.tid == 0 || state.tid == pid_tgid as u32),
+        None => false,
+    }
+}
+
+/// Bumps a slot of the GLOBAL map.
+#[inline(always)]
+pub fn global_bump(slot: u32) {
+    if let Some(p) = GLOBAL.get_ptr_mut(slot) {
+        atomics::add(p, 1);
+    }
+}
+
+/// The counters of `tgid`, or `None` (counted in GLOBAL) when user space has none for it.
+#[inline(always)]
+pub fn stats_of(tgid: u32) -> Option<*mut PidStats> {
+    let stats = STATS.get_ptr_mut(&tgid);
+    if stats.is_none() {
+        global_bump(global::MISSING_STATS);
+    }
+    stats
+}
+
+/// If a probed call is already in progress on this thread, notes one more nesting level
+/// and returns true: the nested call is part of the outer one and is not accounted.
+#[inline(always)]
+pub fn enter_nested(pid_tgid: u64) -> bool {
+    match PENDING.get_ptr_mut(&pid_tgid) {
+        Some(p) => {
+            // SAFETY: only this thread touches its own entry.
+            unsafe { (*p).depth += 1 };
+            true
+        }
+        None => false,
+    }
+}
+
+/// True when a probed call is in progress on this thread (for probes without a return
+/// probe, such as `free`, which must not count their nested calls either).
+#[inline(always)]
+pub fn inside_probed_call(pid_tgid: u64) -> bool {
+    // SAFETY: read only.
+    unsafe { PENDING.get(&pid_tgid) }.is_some()
+}
+
+/// Records the arguments of an outermost call for its return probe.
+#[inline(always)]
+pub fn begin_call(pid_tgid: u64, pending: &Pending, stats: *mut PidStats) -> bool {
+    if PENDING.insert(&pid_tgid, pending, 0).is_err() {
+        global_bump(global::PENDING_FULL);
+        // SAFETY: stats points into a live map value.
+        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
+        return false;
+    }
+    true
+}
+
+/// At a return probe: leaves one nesting level; returns the outermost call's arguments
+/// when this return ends it.
+#[inline(always)]
+pub fn end_call(pid_tgid: u64) -> Option<Pending> {
+    let p = PENDING.get_ptr_mut(&pid_tgid)?;
+    // SAFETY: only this thread touches its own entry.
+    unsafe {
+        if (*p).depth > 1 {
+            (*p).depth -= 1;
+            return None;
+        }
+        let pending = *p;
+        let _ = PENDING.remove(&pid_tgid);
+        Some(pending)
+    }
+}
+
+/// Counts one call of function `func` (entry side).
+#[inline(always)]
+pub fn count_call(stats: *mut PidStats, func: u32) {
+    if (func as usize) < NUM_FUNCS {
+        // SAFETY: index checked; stats points into a live map value.
+        atomics::add(unsafe { &raw mut (*stats).funcs[func as usize].calls }, 1);
+    }
+}
+
+/// Counts a failed call of `func`.
+#[inline(always)]
+pub fn count_failure(stats: *mut PidStats, func: u32) {
+    // SAFETY: stats points into a live map value.
+    unsafe {
+        atomics::add(&raw mut (*stats).failed_allocs, 1);
+        if (func as usize) < NUM_FUNCS {
+            atomics::add(&raw mut (*stats).funcs[func as usize].failures, 1);
+        }
+    }
+}
+
+/// The histogram bucket of a size: 0 for 0, else floor(log2(size)) + 1.
+#[inline(always)]
+fn size_bucket(size: u64) -> usize {
+    if size == 0 {
+        return 0;
+    }
+    let mut v = size;
+    let mut n = 0usize;
+    if v >= 1 << 32 {
+        v >>= 32;
+        n += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        n += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        n += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        n += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        n += 2;
+    }
+    if v >= 1 << 1 {
+        n += 1;
+    }
+    n + 1
+}
+
+/// A block of `size` requested bytes was handed out at `addr` by `func`.
+#[inline(always)]
+pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size: u64) {
+    let key = LiveKey {
+        tgid,
+        _pad: 0,
+        addr,
+    };
+    // SAFETY (whole block): stats points into a live map value; indexes are checked.
+    unsafe {
+        if LIVE.insert(&key, &size, 0).is_err() {
+            // Full live map: this block's free will show as unmatched. Never silent.
+            atomics::add(&raw mut (*stats).lost_events, 1);
+        }
+        atomics::add(&raw mut (*stats).alloc_calls, 1);
+        atomics::add(&raw mut (*stats).bytes_allocated, size);
+        atomics::add(&raw mut (*stats).live_blocks, 1);
+        if (func as usize) < NUM_FUNCS {
+            atomics::add(&raw mut (*stats).funcs[func as usize].bytes, size);
+        }
+        let bucket = size_bucket(size);
+        if bucket < HISTOGRAM_BUCKETS {
+            atomics::add(&raw mut (*stats).size_histogram[bucket], 1);
+        }
+        let live = &raw mut (*stats).live_bytes;
+        match atomics::add_fetch(live, size) {
+            Some(now_live) => match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live)
+            {
+                Some(true) => {
+                    core::ptr::write_volatile(&raw mut (*stats).peak_time_ns, bpf_ktime_get_ns())
+                }
+                Some(false) => {}
+                None => atomics::add(&raw mut (*stats).lost_events, 1),
+            },
+            None => {
+                atomics::add(live, size);
+                atomics::add(&raw mut (*stats).lost_events, 1);
+            }
+        }
+    }
+}
+
+/// Takes the block at `addr` out of the live map; its size when it was there.
+#[inline(always)]
+pub fn take_live(tgid: u32, addr: u64) -> Option<u64> {
+    let key = LiveKey {
+        tgid,
+        _pad: 0,
+        addr,
+    };
+    // SAFETY: read of a plain u64 value.
+    let size = unsafe { *LIVE.get(&key)? };
+    let _ = LIVE.remove(&key);
+    Some(size)
+}
+
+/// Puts a block back into the live map (a realloc that failed keeps its old block).
+#[inline(always)]
+pub fn restore_live(stats: *mut PidStats, tgid: u32, addr: u64, size: u64) {
+    let key = LiveKey {
+        tgid,
+        _pad: 0,
+        addr,
+    };
+    if LIVE.insert(&key, &size, 0).is_err() {
+        // SAFETY: stats points into a live map value.
+        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
+    }
+}
+
+/// A known block of `size` bytes was released by `func`.
+#[inline(always)]
+pub fn record_release(stats: *mut PidStats, func: u32, size: u64) {
+    // SAFETY: stats points into a live map value; index checked.
+    unsafe {
+        atomics::add(&raw mut (*stats).free_calls, 1);
+        atomics::add(&raw mut (*stats).bytes_freed, size);
+        atomics::sub(&raw mut (*stats).live_blocks, 1);
+        atomics::sub(&raw mut (*stats).live_bytes, size);
+        if func == memtrack_common::func::FREE {
+            atomics::add(&raw mut (*stats).funcs[func as usize].bytes, size);
+        }
+    }
+}
+
+/// A pointer we never saw allocated was released.
+#[inline(always)]
+pub fn record_unmatched(stats: *mut PidStats) {
+    // SAFETY: stats points into a live map value.
+    atomics::add(unsafe { &raw mut (*stats).unmatched_frees }, 1);
+}
+
+/// A resize to `new_size` of a block whose old size was `old_size`.
+#[inline(always)]
+pub fn record_resize_direction(stats: *mut PidStats, func: u32, old_size: u64, new_size: u64) {
+    if (func as usize) >= NUM_FUNCS {
+        return;
+    }
+    // SAFETY: index checked; stats points into a live map value.
+    unsafe {
+        if new_size > old_size {
+            atomics::add(&raw mut (*stats).funcs[func as usize].grows, 1);
+        } else if new_size < old_size {
+            atomics::add(&raw mut (*stats).funcs[func as usize].shrinks, 1);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The maps shared with user space. Their names are the contract with the loader
+//! (memtrack-core/src/loader.rs looks them up by these names).
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap},
+};
+use memtrack_common::{
+    DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
+    TrackState, global,
+};
+
+/// tgid -> whether and which threads of the process are counted.
+#[map]
+pub static TRACKED: HashMap<u32, TrackState> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+
+/// tgid -> counters. Inserted (zeroed) by user space; only updated here.
+#[map]
+pub static STATS: HashMap<u32, PidStats> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+
+/// (tgid, address) -> requested size in bytes of every live block allocated while tracked.
+/// User space may resize it before loading.
+#[map]
+pub static LIVE: HashMap<LiveKey, u64> = HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
+
+/// pid_tgid -> arguments of the allocator call in progress on that thread.
+#[map]
+pub static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+
+/// pid_tgid -> length argument of the mmap/munmap syscall in progress on that thread.
+#[map]
+pub static SYSCALL_PENDING: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+
+/// Counters not attributable to one process, indexed by `memtrack_common::global`.
+#[map]
+pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);

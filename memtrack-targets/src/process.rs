@@ -1,0 +1,119 @@
+//! Putting maps and symbols together: every allocator function of a running
+//! process.
+//!
+//! This module exists to hold the policy decisions that neither `/proc` nor
+//! ELF parsing make on their own: which mapped objects are skipped (deleted
+//! files, unreadable ones) and when a process counts as having no allocator
+//! memtrack can see.
+
+use std::path::PathBuf;
+
+use crate::{AllocFn, Error, ProbeTarget, allocator_targets, mapped_objects};
+
+/// The allocator functions of one process.
+///
+/// When several objects define `malloc` (libc and, say, `libjemalloc.so`
+/// preloaded or linked in), [`ProcessTargets::targets`] holds the functions of
+/// all of them: the tracker attaches to every one, and the in-kernel
+/// accounting handles nesting (an allocator that calls another one's `malloc`
+/// is counted once, at the outermost call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessTargets {
+    /// The objects whose symbol tables were read, in address order.
+    pub objects_scanned: Vec<PathBuf>,
+    /// The functions to probe, grouped by object in the order of
+    /// [`ProcessTargets::objects_scanned`].
+    pub targets: Vec<ProbeTarget>,
+    /// Mapped executable objects that were not scanned, and why.
+    pub skipped: Vec<SkippedObject>,
+}
+
+impl ProcessTargets {
+    /// The targets that stand for `function` (one per defining object).
+    pub fn targets_for(&self, function: AllocFn) -> impl Iterator<Item = &ProbeTarget> {
+        self.targets.iter().filter(move |t| t.covers(function))
+    }
+}
+
+/// A mapped executable object that [`process_targets`] did not scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedObject {
+    /// The path from `/proc/PID/maps`.
+    pub path: PathBuf,
+    /// Why it was skipped: the file was deleted or replaced after it was
+    /// mapped, or reading its symbols failed (the error message).
+    pub reason: String,
+}
+
+/// The allocator functions of every ELF object mapped executable by process
+/// `pid`.
+///
+/// Errors: [`Error::ProcessGone`] if the process does not exist;
+/// [`Error::NoAllocator`] if no scanned object defines `malloc` (e.g. a static
+/// binary whose symbols were stripped). Objects that cannot be read do not
+/// fail the call; they are listed in [`ProcessTargets::skipped`].
+pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
+    let mut result = ProcessTargets {
+        objects_scanned: Vec::new(),
+        targets: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for object in mapped_objects(pid)? {
+        if object.deleted {
+            result.skipped.push(SkippedObject {
+                path: object.path,
+                reason: "deleted or replaced since it was mapped; its path names another file"
+                    .to_owned(),
+            });
+            continue;
+        }
+        match allocator_targets(&object.path) {
+            Ok(targets) => {
+                result.objects_scanned.push(object.path);
+                result.targets.extend(targets);
+            }
+            Err(e) => result.skipped.push(SkippedObject {
+                path: object.path,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    if result.targets_for(AllocFn::Malloc).next().is_none() {
+        return Err(Error::NoAllocator {
+            pid,
+            objects_scanned: result.objects_scanned,
+        });
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_has_libc_malloc() {
+        let found = process_targets(std::process::id()).unwrap();
+        let malloc: Vec<_> = found.targets_for(AllocFn::Malloc).collect();
+        assert!(
+            malloc
+                .iter()
+                .any(|t| t.object.to_string_lossy().contains("libc.so")),
+            "{found:#?}"
+        );
+        for t in &found.targets {
+            assert!(found.objects_scanned.contains(&t.object));
+        }
+    }
+
+    #[test]
+    fn missing_process_is_gone() {
+        let pid = 0x7fff_fff0;
+        let err = process_targets(pid).unwrap_err();
+        assert!(
+            matches!(err, Error::ProcessGone { pid: p } if p == pid),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&pid.to_string()));
+    }
+}
