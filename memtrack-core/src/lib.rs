@@ -30,6 +30,7 @@ mod follow;
 mod loader;
 mod privileges;
 mod process;
+pub mod report;
 mod results;
 mod spawn;
 mod stats;

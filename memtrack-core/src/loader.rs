@@ -288,16 +288,24 @@ impl Engine {
         let Some(links) = self.processes.remove(&pid) else {
             return;
         };
-        for link in links.links {
+        let taken = self.take_links(links.links);
+        close_in_parallel(taken);
+    }
+
+    fn take_links(&mut self, links: Vec<Link>) -> Vec<aya::programs::uprobe::UProbeLink> {
+        let mut taken = Vec::with_capacity(links.len());
+        for link in links {
             if let Some(program) = self.ebpf.program_mut(link.program) {
                 let program: Result<&mut UProbe, _> = program.try_into();
-                if let Ok(program) = program {
-                    // A link whose process is gone detaches fine; errors here would only
-                    // mean it is already gone.
-                    let _ = program.detach(link.id);
+                // A link that cannot be taken is already gone.
+                if let Ok(program) = program
+                    && let Ok(link) = program.take_link(link.id)
+                {
+                    taken.push(link);
                 }
             }
         }
+        taken
     }
 
     /// Sets whether (and which threads of) `pid` are counted.
@@ -355,6 +363,34 @@ impl Engine {
             .filter_map(|i| self.global.get(&i, 0).ok())
             .sum()
     }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let all: Vec<Link> = std::mem::take(&mut self.processes)
+            .into_values()
+            .flat_map(|p| p.links)
+            .collect();
+        let taken = self.take_links(all);
+        close_in_parallel(taken);
+    }
+}
+
+/// Closes uprobe links on several threads at once. Each close of a uprobe perf event
+/// waits for RCU grace periods in the kernel, and the kernel serialises most of that
+/// work: measured here, 19 links took 3.2 s closed one after the other and 2.7 s closed
+/// concurrently. (uprobe_multi links, one per program, would need one wait in all;
+/// aya 0.14 cannot create them.)
+fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
+    if links.len() <= 1 {
+        drop(links);
+        return;
+    }
+    std::thread::scope(|scope| {
+        for link in links {
+            scope.spawn(move || drop(link));
+        }
+    });
 }
 
 fn missing_program(name: &str) -> Error {

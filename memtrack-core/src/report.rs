@@ -1,0 +1,155 @@
+//! Renders results for people (aligned tables, sizes in B/KiB/MiB) and for programs
+//! (one JSON object). Used by `memtrack run`, `memtrack report` and the integrations,
+//! so every front end prints the same thing.
+
+use serde::Serialize;
+
+use crate::{
+    process::AllocatorStatus,
+    results::MemtrackResult,
+    stats::{Stats, format_bytes},
+};
+
+/// One benchmark region's counters, for reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BenchmarkReport {
+    /// The benchmark's uri (e.g. `benches/alloc.rs::vec_push`).
+    pub uri: String,
+    /// The process it ran in.
+    pub pid: u32,
+    /// Its counters (only calls made inside the benchmark's regions).
+    pub stats: Stats,
+}
+
+#[derive(Serialize)]
+struct JsonProcess<'a> {
+    pid: u32,
+    ppid: u32,
+    command: &'a [String],
+    exit_code: Option<i32>,
+    exit_signal: Option<i32>,
+    allocator_recognised: bool,
+    stats: &'a Stats,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    processes: Vec<JsonProcess<'a>>,
+    benchmarks: &'a [BenchmarkReport],
+}
+
+/// The JSON report: `{"processes": [{pid, ppid, command, stats, ..}], "benchmarks":
+/// [{uri, pid, stats}]}`, with `stats` using [`Stats`]'s field names.
+pub fn render_json(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -> String {
+    let report = JsonReport {
+        processes: results
+            .iter()
+            .map(|r| JsonProcess {
+                pid: r.pid,
+                ppid: r.ppid,
+                command: &r.command,
+                exit_code: r.exit_code,
+                exit_signal: r.exit_signal,
+                allocator_recognised: r.allocator == AllocatorStatus::Probed,
+                stats: &r.stats,
+            })
+            .collect(),
+        benchmarks,
+    };
+    serde_json::to_string_pretty(&report).expect("reports always serialise")
+}
+
+fn stats_lines(stats: &Stats, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| {
+        out.push_str(&format!("{indent}{label:<18} {value}\n"));
+    };
+    line(
+        "allocations",
+        format!(
+            "{} blocks, {}",
+            stats.alloc_calls,
+            format_bytes(stats.bytes_allocated)
+        ),
+    );
+    line(
+        "frees",
+        format!("{} blocks, {}", stats.free_calls, format_bytes(stats.bytes_freed)),
+    );
+    line(
+        "live at end",
+        format!("{} blocks, {}", stats.live_blocks, format_bytes(stats.live_bytes)),
+    );
+    line("peak live", format_bytes(stats.peak_live_bytes));
+    if stats.failed_allocs != 0 {
+        line("failed allocs", stats.failed_allocs.to_string());
+    }
+    if stats.unmatched_frees != 0 {
+        line(
+            "unmatched frees",
+            format!("{} (pointers allocated before tracking)", stats.unmatched_frees),
+        );
+    }
+    if stats.lost_events != 0 {
+        line(
+            "LOST EVENTS",
+            format!("{} (numbers above are not exact)", stats.lost_events),
+        );
+    }
+    let s = &stats.syscalls;
+    if s.mmap_calls + s.munmap_calls + s.brk_calls != 0 {
+        line(
+            "mmap/munmap/brk",
+            format!(
+                "{} mmap ({}), {} munmap ({}), {} brk (+{} / -{})",
+                s.mmap_calls,
+                format_bytes(s.mmap_bytes),
+                s.munmap_calls,
+                format_bytes(s.munmap_bytes),
+                s.brk_calls,
+                format_bytes(s.brk_grown_bytes),
+                format_bytes(s.brk_shrunk_bytes)
+            ),
+        );
+    }
+    if !stats.functions.is_empty() {
+        let calls: Vec<String> = stats
+            .functions
+            .iter()
+            .map(|(name, f)| format!("{name} {}", f.calls))
+            .collect();
+        line("calls", calls.join(", "));
+    }
+    out
+}
+
+/// The human report: one block per process, then one per benchmark.
+pub fn render_text(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let exit = match (r.exit_code, r.exit_signal) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None) => "still running".to_string(),
+        };
+        out.push_str(&format!(
+            "process {} (parent {}): {} [{exit}]\n",
+            r.pid,
+            r.ppid,
+            r.command.join(" ")
+        ));
+        match &r.allocator {
+            AllocatorStatus::Probed => out.push_str(&stats_lines(&r.stats, "  ")),
+            AllocatorStatus::NotRecognised { reason } => {
+                out.push_str(&format!(
+                    "  allocator not recognised: heap not measured ({reason})\n"
+                ));
+            }
+        }
+    }
+    for b in benchmarks {
+        out.push_str(&format!("benchmark {} (process {})\n", b.uri, b.pid));
+        out.push_str(&stats_lines(&b.stats, "  "));
+    }
+    out
+}
