@@ -34,6 +34,9 @@ pub struct CommandSpec {
     /// Run as this (uid, gid) instead of this process's identity (e.g. the invoking user
     /// of `sudo`).
     pub run_as: Option<(u32, u32)>,
+    /// File descriptors to hand over: (fd number in the command, open fd in this
+    /// process). The caller keeps its fds open until the command has started.
+    pub fds: Vec<(i32, i32)>,
 }
 
 impl CommandSpec {
@@ -45,6 +48,7 @@ impl CommandSpec {
             env: Vec::new(),
             cwd: None,
             run_as: None,
+            fds: Vec::new(),
         }
     }
 
@@ -61,6 +65,12 @@ impl CommandSpec {
     /// Sets an environment variable for the command.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), Some(value.into())));
+        self
+    }
+
+    /// Makes this process's open file descriptor `parent_fd` the command's `child_fd`.
+    pub fn fd(mut self, child_fd: i32, parent_fd: i32) -> Self {
+        self.fds.push((child_fd, parent_fd));
         self
     }
 
@@ -84,6 +94,7 @@ impl From<&Command> for CommandSpec {
                 .collect(),
             cwd: cmd.get_current_dir().map(Path::to_path_buf),
             run_as: None,
+            fds: Vec::new(),
         }
     }
 }
@@ -119,6 +130,9 @@ pub(crate) fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> Opti
         .find(|p| is_executable(p))
 }
 
+/// Most file descriptors [`CommandSpec::fd`] can hand over.
+const MAX_FDS: usize = 16;
+
 /// A forked child, stopped (or about to stop) with SIGSTOP before its exec.
 pub(crate) struct StoppedChild {
     /// The child's pid.
@@ -139,6 +153,12 @@ fn cstring(s: &OsStr, what: &str, command: &str) -> Result<CString> {
 /// thread that will trace it (it becomes that thread's child).
 pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
     let command = spec.program.to_string_lossy().into_owned();
+    if spec.fds.len() > MAX_FDS {
+        return Err(Error::Spawn {
+            command,
+            reason: format!("at most {MAX_FDS} file descriptors can be handed over"),
+        });
+    }
     // The environment the command will see.
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     for (key, value) in &spec.env {
@@ -209,7 +229,24 @@ pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
                 libc::write(fd, bytes.as_ptr().cast(), bytes.len());
                 libc::_exit(127)
             };
-            let wfd = err_write.as_raw_fd();
+            // Move every fd we still need above the targets first, so no mapping can
+            // clobber another's source (or the error pipe).
+            let wfd = libc::fcntl(err_write.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64);
+            if wfd < 0 {
+                libc::_exit(127);
+            }
+            let mut high = [-1i32; MAX_FDS];
+            for (i, &(_, parent_fd)) in spec.fds.iter().enumerate() {
+                high[i] = libc::fcntl(parent_fd, libc::F_DUPFD_CLOEXEC, 64);
+                if high[i] < 0 {
+                    fail(wfd);
+                }
+            }
+            for (i, &(child_fd, _)) in spec.fds.iter().enumerate() {
+                if libc::dup2(high[i], child_fd) < 0 {
+                    fail(wfd);
+                }
+            }
             // Undo what this (Rust) process changed: SIGPIPE is ignored by the Rust
             // runtime, and a harness thread may have blocked signals.
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);

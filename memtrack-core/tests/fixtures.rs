@@ -1,0 +1,177 @@
+//! Every C fixture of tests/fixtures runs under the tracker (spawned, followed across
+//! fork) and every counter is compared exactly with tests/fixtures/expected.json, whose
+//! numbers were cross-checked with valgrind DHAT (see tests/fixtures/README.md).
+
+mod support;
+
+use std::{io::Read, os::fd::AsRawFd};
+
+use memtrack::{CommandSpec, Tracker};
+use support::{diff, expected, fixture, require_privileges};
+
+/// Runs a single-process fixture from exec to exit and checks it.
+fn check_single(name: &str) {
+    if !require_privileges(name) {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(fixture(name)))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    let spec = &expected()["fixtures"][name];
+    assert_eq!(
+        status.code,
+        spec["exit_code"].as_i64().map(|c| c as i32),
+        "{name} exit status"
+    );
+    let processes = tracker.collect_processes().unwrap();
+    assert_eq!(processes.len(), 1, "{name}: {processes:#?}");
+    let differences = diff(&processes[0].stats, &spec["processes"]["main"]);
+    assert!(
+        differences.is_empty(),
+        "{name}: {differences:#?}\n{:#?}",
+        processes[0].stats
+    );
+}
+
+#[test]
+fn malloc_free() {
+    check_single("malloc_free");
+}
+
+#[test]
+fn calloc() {
+    check_single("calloc");
+}
+
+#[test]
+fn realloc() {
+    check_single("realloc");
+}
+
+#[test]
+fn reallocarray() {
+    check_single("reallocarray");
+}
+
+#[test]
+fn aligned() {
+    check_single("aligned");
+}
+
+#[test]
+fn aligned_small() {
+    check_single("aligned_small");
+}
+
+#[test]
+fn leak() {
+    check_single("leak");
+}
+
+#[test]
+fn peak() {
+    check_single("peak");
+}
+
+#[test]
+fn threads_8x100k_exact_no_loss() {
+    check_single("threads");
+}
+
+#[test]
+fn mmap_brk_heap_counters_stay_zero() {
+    check_single("mmap_brk");
+}
+
+#[test]
+fn mmap_brk_syscalls_are_counted() {
+    if !require_privileges("mmap_brk_syscalls_are_counted") {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(fixture("mmap_brk")))
+        .unwrap();
+    tracker.wait().unwrap();
+    let stats = tracker.collect().unwrap();
+    let own = &expected()["fixtures"]["mmap_brk"]["processes"]["main"]["own_syscalls_not_exact"];
+    // The loader maps libraries too, so the fixture's own calls are a lower bound.
+    let s = &stats.syscalls;
+    assert!(s.mmap_calls >= own["mmap_calls"].as_u64().unwrap(), "{s:?}");
+    assert!(s.mmap_bytes >= own["mmap_bytes"].as_u64().unwrap(), "{s:?}");
+    assert!(s.munmap_calls >= own["munmap_calls"].as_u64().unwrap(), "{s:?}");
+    assert!(s.munmap_bytes >= own["munmap_bytes"].as_u64().unwrap(), "{s:?}");
+    assert!(s.brk_grown_bytes >= 8192 && s.brk_shrunk_bytes >= 8192, "{s:?}");
+}
+
+#[test]
+fn fork_parent_and_child_each_exact() {
+    if !require_privileges("fork") {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(fixture("fork")))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0));
+    let processes = tracker.collect_processes().unwrap();
+    assert_eq!(processes.len(), 2, "{processes:#?}");
+    let parent = processes.iter().find(|p| p.pid == tracker.pid()).unwrap();
+    let child = processes.iter().find(|p| p.pid != tracker.pid()).unwrap();
+    assert_eq!(child.ppid, parent.pid);
+    assert_eq!(parent.ppid, std::process::id());
+    let spec = &expected()["fixtures"]["fork"]["processes"];
+    let d = diff(&parent.stats, &spec["parent"]);
+    assert!(d.is_empty(), "parent: {d:#?}");
+    let d = diff(&child.stats, &spec["child"]);
+    assert!(d.is_empty(), "child: {d:#?}");
+}
+
+/// A block allocated before tracking starts and freed after: an unmatched free.
+#[test]
+fn prestart_free_is_unmatched() {
+    if !require_privileges("prestart_free") {
+        return;
+    }
+    let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
+    let (go_r, go_w) = nix::unistd::pipe().unwrap();
+    let spec = CommandSpec::new(fixture("prestart_free"))
+        .fd(3, ready_w.as_raw_fd())
+        .fd(4, go_r.as_raw_fd());
+    let mut tracker = Tracker::builder().start_enabled(false).spawn(spec).unwrap();
+    drop(ready_w);
+    drop(go_r);
+    let mut ready = std::fs::File::from(ready_r);
+    let mut byte = [0u8; 1];
+    ready.read_exact(&mut byte).unwrap();
+    assert_eq!(&byte, b"R");
+    tracker.start().unwrap();
+    nix::unistd::write(&go_w, b"G").unwrap();
+    drop(go_w);
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0));
+    let stats = tracker.collect().unwrap();
+    let d = diff(
+        &stats,
+        &expected()["fixtures"]["prestart_free"]["processes"]["main"],
+    );
+    assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
+}
+
+/// The same fixture with nothing held back: the whole run is tracked.
+#[test]
+fn prestart_free_without_protocol() {
+    if !require_privileges("prestart_free_without_protocol") {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(fixture("prestart_free")))
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let stats = tracker.collect().unwrap();
+    let d = diff(
+        &stats,
+        &expected()["fixtures"]["prestart_free"]["without_protocol"]["processes"]["main"],
+    );
+    assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
+}
