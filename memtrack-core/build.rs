@@ -14,8 +14,11 @@ use std::{
 };
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let repo = manifest_dir.parent().expect("memtrack-core lives in the workspace root");
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let repo = manifest_dir
+        .parent()
+        .expect("memtrack-core lives in the workspace root");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let ebpf_dir = repo.join("memtrack-ebpf");
     let common_dir = repo.join("memtrack-common");

@@ -50,7 +50,7 @@ pub enum Error {
 
     /// Loading the eBPF object into the kernel failed.
     #[error("loading memtrack's eBPF programs failed: {0}")]
-    Load(#[from] aya::EbpfError),
+    Load(#[source] Box<aya::EbpfError>),
 
     /// Loading or attaching one program failed.
     #[error("eBPF program `{program}`: {source}")]
@@ -59,7 +59,7 @@ pub enum Error {
         program: String,
         /// The cause.
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 
     /// Attaching a uprobe to an allocator function failed.
@@ -75,7 +75,7 @@ pub enum Error {
         pid: u32,
         /// The cause.
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 
     /// A map operation failed.
@@ -85,7 +85,7 @@ pub enum Error {
         map: &'static str,
         /// The cause.
         #[source]
-        source: aya::maps::MapError,
+        source: Box<aya::maps::MapError>,
     },
 
     /// Finding what to probe in a process failed.

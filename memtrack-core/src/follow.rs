@@ -174,7 +174,9 @@ fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
             libc::_exit(0)
         },
         Ok(ForkResult::Parent { child }) => Ok(child),
-        Err(e) => Err(Error::Usage(leak(format!("fork of the follower's sentinel: {e}")))),
+        Err(e) => Err(Error::Usage(leak(format!(
+            "fork of the follower's sentinel: {e}"
+        )))),
     }
 }
 
@@ -219,7 +221,8 @@ impl FollowState {
                 Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
                     ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
                 }
-                Ok(WaitStatus::Stopped(_, Signal::SIGCONT)) | Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
+                Ok(WaitStatus::Stopped(_, Signal::SIGCONT))
+                | Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
                     ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
                 }
                 Ok(WaitStatus::Stopped(_, sig)) => {
@@ -264,7 +267,9 @@ impl FollowState {
             return Err(Error::ProcessGone { pid });
         }
         self.root = pid;
-        let ppid = crate::process::tgid_and_ppid(pid).map(|(_, p)| p).unwrap_or(0);
+        let ppid = crate::process::tgid_and_ppid(pid)
+            .map(|(_, p)| p)
+            .unwrap_or(0);
         self.register_process(pid, ppid);
         // A running process has its libraries mapped: probe it now (it keeps running
         // meanwhile; calls before the probes are in place are not counted).
@@ -278,10 +283,13 @@ impl FollowState {
         {
             let mut engine = self.shared.engine.lock();
             let _ = engine.reset_stats(pid);
-            let _ = engine.set_state(pid, TrackState {
-                enabled: enabled as u32,
-                tid: 0,
-            });
+            let _ = engine.set_state(
+                pid,
+                TrackState {
+                    enabled: enabled as u32,
+                    tid: 0,
+                },
+            );
         }
         self.shared
             .registry
@@ -348,12 +356,11 @@ impl FollowState {
         let left = *left;
         // Only the exit of an mmap can map a new object.
         let mapped = ptrace::getregs(p)
-            .map(|r| r.orig_rax == libc::SYS_mmap as u64 && r.rax != (-(libc::ENOSYS as i64)) as u64)
+            .map(|r| {
+                r.orig_rax == libc::SYS_mmap as u64 && r.rax != (-(libc::ENOSYS as i64)) as u64
+            })
             .unwrap_or(false);
-        if mapped && self.attach_now(tid) {
-            self.exec_wait.remove(&tid);
-            let _ = ptrace::cont(p, None);
-        } else if left == 0 {
+        if (mapped && self.attach_now(tid)) || left == 0 {
             self.exec_wait.remove(&tid);
             let _ = ptrace::cont(p, None);
         } else {

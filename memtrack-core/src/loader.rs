@@ -28,7 +28,8 @@ use crate::{
 };
 
 /// The compiled eBPF object, built by build.rs from the memtrack-ebpf crate.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrack-ebpf.o"));
+static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrack-ebpf.o"));
 
 /// The one return program all allocating functions share.
 const RETURN_PROGRAM: &str = "alloc_return_prog";
@@ -102,13 +103,16 @@ pub(crate) struct Engine {
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-    move |source| Error::Map { map, source }
+    move |source| Error::Map {
+        map,
+        source: Box::new(source),
+    }
 }
 
 fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + '_ {
     move |source| Error::Program {
         program: program.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -118,9 +122,9 @@ where
 {
     let map = ebpf.take_map(name).ok_or(Error::Map {
         map: name,
-        source: aya::maps::MapError::InvalidName {
+        source: Box::new(aya::maps::MapError::InvalidName {
             name: name.to_string(),
-        },
+        }),
     })?;
     T::try_from(map).map_err(map_err(name))
 }
@@ -133,7 +137,8 @@ impl Engine {
         privileges::check_kernel()?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("LIVE", max_live_blocks)
-            .load(EBPF_OBJECT)?;
+            .load(EBPF_OBJECT)
+            .map_err(|e| Error::Load(Box::new(e)))?;
         for function in AllocFn::ALL {
             let name = entry_program(function);
             let program: &mut UProbe = ebpf
@@ -351,7 +356,7 @@ impl Engine {
             Err(aya::maps::MapError::KeyNotFound) => Ok(PidStats::ZERO),
             Err(source) => Err(Error::Map {
                 map: "STATS",
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -396,7 +401,7 @@ fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
 fn missing_program(name: &str) -> Error {
     Error::Program {
         program: name.to_string(),
-        source: aya::programs::ProgramError::UnexpectedProgramType,
+        source: Box::new(aya::programs::ProgramError::UnexpectedProgramType),
     }
 }
 
@@ -423,6 +428,6 @@ fn attach_uprobe(
         path: object.to_path_buf(),
         offset,
         pid,
-        source,
+        source: Box::new(source),
     })
 }

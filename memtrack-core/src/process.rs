@@ -120,7 +120,8 @@ pub(crate) fn read_cmdline(pid: u32) -> Vec<String> {
 
 /// (Tgid, PPid) of a task from `/proc/TID/status`.
 pub(crate) fn tgid_and_ppid(tid: u32) -> Option<(u32, u32)> {
-    let status = std::fs::read_to_string(Path::new("/proc").join(tid.to_string()).join("status")).ok()?;
+    let status =
+        std::fs::read_to_string(Path::new("/proc").join(tid.to_string()).join("status")).ok()?;
     let field = |name: &str| {
         status
             .lines()

@@ -21,6 +21,18 @@ pub struct BenchmarkReport {
     pub stats: Stats,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_rounded_and_exact() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(104_000), "101.6 KiB (104,000 B)");
+        assert_eq!(bytes(1_048_576), "1.0 MiB (1,048,576 B)");
+    }
+}
+
 #[derive(Serialize)]
 struct JsonProcess<'a> {
     pid: u32,
@@ -59,6 +71,22 @@ pub fn render_json(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -
     serde_json::to_string_pretty(&report).expect("reports always serialise")
 }
 
+/// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking.
+fn bytes(n: u64) -> String {
+    if n < 1024 {
+        return format_bytes(n);
+    }
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{} ({grouped} B)", format_bytes(n))
+}
+
 fn stats_lines(stats: &Stats, indent: &str) -> String {
     let mut out = String::new();
     let mut line = |label: &str, value: String| {
@@ -69,25 +97,28 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
         format!(
             "{} blocks, {}",
             stats.alloc_calls,
-            format_bytes(stats.bytes_allocated)
+            bytes(stats.bytes_allocated)
         ),
     );
     line(
         "frees",
-        format!("{} blocks, {}", stats.free_calls, format_bytes(stats.bytes_freed)),
+        format!("{} blocks, {}", stats.free_calls, bytes(stats.bytes_freed)),
     );
     line(
         "live at end",
-        format!("{} blocks, {}", stats.live_blocks, format_bytes(stats.live_bytes)),
+        format!("{} blocks, {}", stats.live_blocks, bytes(stats.live_bytes)),
     );
-    line("peak live", format_bytes(stats.peak_live_bytes));
+    line("peak live", bytes(stats.peak_live_bytes));
     if stats.failed_allocs != 0 {
         line("failed allocs", stats.failed_allocs.to_string());
     }
     if stats.unmatched_frees != 0 {
         line(
             "unmatched frees",
-            format!("{} (pointers allocated before tracking)", stats.unmatched_frees),
+            format!(
+                "{} (pointers allocated before tracking)",
+                stats.unmatched_frees
+            ),
         );
     }
     if stats.lost_events != 0 {

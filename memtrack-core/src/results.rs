@@ -233,7 +233,10 @@ mod tests {
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
         let err = MemtrackResult::read_from(&path).unwrap_err();
         assert!(matches!(err, Error::ResultFile { .. }), "{err:?}");
-        assert!(err.to_string().contains("42.MemtrackResult.msgpack"), "{err}");
+        assert!(
+            err.to_string().contains("42.MemtrackResult.msgpack"),
+            "{err}"
+        );
         // read_dir reports it too.
         assert!(MemtrackResult::read_dir(dir.path()).is_err());
     }
@@ -246,13 +249,18 @@ mod tests {
         let path = future.write_to_dir(dir.path()).unwrap();
         let err = MemtrackResult::read_from(&path).unwrap_err();
         match &err {
-            Error::FutureSchema { found, supported, .. } => {
+            Error::FutureSchema {
+                found, supported, ..
+            } => {
                 assert_eq!((*found, *supported), (999, SCHEMA_VERSION));
             }
             other => panic!("unexpected {other:?}"),
         }
         assert!(err.to_string().contains("schema_version 999"), "{err}");
-        assert!(err.to_string().contains("42.MemtrackResult.msgpack"), "{err}");
+        assert!(
+            err.to_string().contains("42.MemtrackResult.msgpack"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@
 
 use std::{
     ffi::{CString, OsStr, OsString},
-    os::unix::ffi::{OsStrExt, OsStringExt},
     os::fd::{AsRawFd, OwnedFd},
+    os::unix::ffi::{OsStrExt, OsStringExt},
     path::{Path, PathBuf},
     process::Command,
 };
@@ -209,11 +209,10 @@ pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
         Some(dir) => Some(cstring(dir.as_os_str(), "directory", &command)?),
         None => None,
     };
-    let (err_read, err_write) =
-        pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Spawn {
-            command: command.clone(),
-            reason: format!("pipe: {e}"),
-        })?;
+    let (err_read, err_write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Spawn {
+        command: command.clone(),
+        reason: format!("pipe: {e}"),
+    })?;
 
     // SAFETY: the child only makes async-signal-safe calls (no allocation, no locks)
     // before execve or _exit.

@@ -235,11 +235,22 @@ mod tests {
         raw.size_histogram[7] = 2;
         let s = Stats::from(&raw);
         assert_eq!(
-            (s.alloc_calls, s.free_calls, s.bytes_allocated, s.bytes_freed),
+            (
+                s.alloc_calls,
+                s.free_calls,
+                s.bytes_allocated,
+                s.bytes_freed
+            ),
             (3, 2, 300, 200)
         );
-        assert_eq!((s.live_blocks, s.live_bytes, s.peak_live_bytes), (1, 100, 250));
-        assert_eq!((s.failed_allocs, s.unmatched_frees, s.lost_events), (4, 5, 6));
+        assert_eq!(
+            (s.live_blocks, s.live_bytes, s.peak_live_bytes),
+            (1, 100, 250)
+        );
+        assert_eq!(
+            (s.failed_allocs, s.unmatched_frees, s.lost_events),
+            (4, 5, 6)
+        );
         assert_eq!(s.syscalls.mmap_calls, 7);
         assert_eq!(s.functions.len(), 1);
         assert_eq!(s.function("realloc").unwrap().calls, 9);

@@ -147,7 +147,9 @@ impl TrackerBuilder {
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<Tracker> {
         if self.scope == Scope::Thread {
-            return Err(Error::Usage("Scope::Thread applies to the calling process only"));
+            return Err(Error::Usage(
+                "Scope::Thread applies to the calling process only",
+            ));
         }
         let shared = self.shared(self.start_enabled)?;
         let (follower, pid) = Follower::start(shared.clone(), Root::Spawn(command.into()))?;
@@ -164,7 +166,9 @@ impl TrackerBuilder {
     /// `unmatched_frees`).
     pub fn attach_pid(self, pid: u32) -> Result<Tracker> {
         if self.scope == Scope::Thread {
-            return Err(Error::Usage("Scope::Thread applies to the calling process only"));
+            return Err(Error::Usage(
+                "Scope::Thread applies to the calling process only",
+            ));
         }
         if pid == std::process::id() {
             return Err(Error::Usage(

@@ -99,9 +99,18 @@ fn mmap_brk_syscalls_are_counted() {
     let s = &stats.syscalls;
     assert!(s.mmap_calls >= own["mmap_calls"].as_u64().unwrap(), "{s:?}");
     assert!(s.mmap_bytes >= own["mmap_bytes"].as_u64().unwrap(), "{s:?}");
-    assert!(s.munmap_calls >= own["munmap_calls"].as_u64().unwrap(), "{s:?}");
-    assert!(s.munmap_bytes >= own["munmap_bytes"].as_u64().unwrap(), "{s:?}");
-    assert!(s.brk_grown_bytes >= 8192 && s.brk_shrunk_bytes >= 8192, "{s:?}");
+    assert!(
+        s.munmap_calls >= own["munmap_calls"].as_u64().unwrap(),
+        "{s:?}"
+    );
+    assert!(
+        s.munmap_bytes >= own["munmap_bytes"].as_u64().unwrap(),
+        "{s:?}"
+    );
+    assert!(
+        s.brk_grown_bytes >= 8192 && s.brk_shrunk_bytes >= 8192,
+        "{s:?}"
+    );
 }
 
 #[test]

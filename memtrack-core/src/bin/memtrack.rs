@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand};
 use memtrack::{CommandSpec, Error, MemtrackResult, Tracker, report};
 
 #[derive(Parser)]
-#[command(name = "memtrack", version, about = "Exact heap memory tracking for Linux, counted in the kernel with eBPF")]
+#[command(
+    name = "memtrack",
+    version,
+    about = "Exact heap memory tracking for Linux, counted in the kernel with eBPF"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -132,7 +136,11 @@ fn run(output: Option<PathBuf>, json: bool, cmd: Vec<std::ffi::OsString>) -> Exi
             return ExitCode::from(MEMTRACK_FAILURE);
         }
     }
-    eprintln!("memtrack: {} result file(s) in {}", results.len(), dir.display());
+    eprintln!(
+        "memtrack: {} result file(s) in {}",
+        results.len(),
+        dir.display()
+    );
     if unattributed != 0 {
         eprintln!("memtrack: {unattributed} event(s) could not be attributed to a process");
     }

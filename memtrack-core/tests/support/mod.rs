@@ -109,10 +109,18 @@ pub fn diff(stats: &memtrack::Stats, expected: &serde_json::Value) -> Vec<String
     let empty = serde_json::Map::new();
     let functions = expected["functions"].as_object().unwrap_or(&empty);
     let mut names: Vec<&String> = functions.keys().collect();
-    names.extend(stats.functions.keys().filter(|k| !functions.contains_key(*k)));
+    names.extend(
+        stats
+            .functions
+            .keys()
+            .filter(|k| !functions.contains_key(*k)),
+    );
     for name in names {
         let got = stats.functions.get(name).cloned().unwrap_or_default();
-        let want = functions.get(name).cloned().unwrap_or(serde_json::Value::Null);
+        let want = functions
+            .get(name)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
         for (field, value) in [
             ("calls", got.calls),
             ("failures", got.failures),

@@ -1,0 +1,234 @@
+//! Framing: a 4-byte little-endian body length, then a MessagePack body.
+//!
+//! A FIFO is a byte stream, so messages need boundaries. This module is the only place
+//! that knows the frame layout, and the only place that turns untrusted bytes into
+//! messages: it checks the announced length against [`MAX_FRAME_LEN`] before anything is
+//! allocated, so a hostile or corrupt header (say, 4 GiB) costs nothing but an error.
+//!
+//! ```text
+//! +----------------------+--------------------------------------+
+//! | len: u32 LE (bytes)  | body: len bytes, rmp_serde named map |
+//! +----------------------+--------------------------------------+
+//! ```
+
+use std::io::{self, Cursor, Read, Write};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::message::{Command, Reply};
+
+/// Largest accepted frame body, in bytes (1 MiB), header excluded.
+///
+/// Real messages are a few hundred bytes; the bound only exists so that a corrupt or
+/// hostile length prefix cannot make either side allocate or wait for gigabytes.
+pub const MAX_FRAME_LEN: u32 = 1024 * 1024;
+
+/// Size of the frame header (the little-endian `u32` body length), in bytes.
+pub const HEADER_LEN: usize = 4;
+
+/// A type that travels in frames: [`Command`] or [`Reply`].
+///
+/// Sealed; it only exists so the codec functions can name what they failed to decode.
+pub trait Message: Serialize + DeserializeOwned + sealed::Sealed {
+    /// Type name used in error messages.
+    const NAME: &'static str;
+}
+
+impl Message for Command {
+    const NAME: &'static str = "Command";
+}
+
+impl Message for Reply {
+    const NAME: &'static str = "Reply";
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::message::Command {}
+    impl Sealed for crate::message::Reply {}
+}
+
+/// Encodes `msg` as one complete frame (header and body).
+///
+/// # Errors
+/// [`Error::Encode`] if serialization fails, [`Error::FrameTooLarge`] if the body would
+/// exceed [`MAX_FRAME_LEN`] bytes.
+pub fn encode_frame<M: Message>(msg: &M) -> Result<Vec<u8>> {
+    let mut frame = vec![0u8; HEADER_LEN];
+    rmp_serde::encode::write_named(&mut frame, msg).map_err(|source| Error::Encode {
+        what: M::NAME,
+        source,
+    })?;
+    let body_len = frame.len() - HEADER_LEN;
+    let len = u32::try_from(body_len)
+        .ok()
+        .filter(|&len| len <= MAX_FRAME_LEN)
+        .ok_or(Error::FrameTooLarge {
+            len: body_len as u64,
+            max: MAX_FRAME_LEN,
+        })?;
+    frame[..HEADER_LEN].copy_from_slice(&len.to_le_bytes());
+    Ok(frame)
+}
+
+/// Reads the body length in bytes from a frame header, rejecting anything above
+/// [`MAX_FRAME_LEN`].
+///
+/// # Errors
+/// [`Error::FrameTooLarge`].
+pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize> {
+    let len = u32::from_le_bytes(header);
+    if len > MAX_FRAME_LEN {
+        return Err(Error::FrameTooLarge {
+            len: u64::from(len),
+            max: MAX_FRAME_LEN,
+        });
+    }
+    Ok(len as usize)
+}
+
+/// Finds the first frame at the start of `buf`, for stream readers that accumulate bytes.
+///
+/// Returns `Ok(None)` while the frame is incomplete, or `Ok(Some((body, consumed)))` where
+/// `consumed` is the frame's total size in bytes (header included).
+///
+/// # Errors
+/// [`Error::FrameTooLarge`] as soon as the 4 header bytes are present and announce too
+/// long a body; the stream cannot be resynchronized from there.
+pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>> {
+    let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
+        return Ok(None);
+    };
+    let len = body_len(*header)?;
+    let end = HEADER_LEN + len;
+    Ok(buf.get(HEADER_LEN..end).map(|body| (body, end)))
+}
+
+/// Decodes one frame body (without its header) into a message.
+///
+/// # Errors
+/// [`Error::FrameTooLarge`] if `body` exceeds [`MAX_FRAME_LEN`] bytes, [`Error::Decode`]
+/// if it is not a valid message, [`Error::TrailingBytes`] if bytes follow the message.
+pub fn decode_body<M: Message>(body: &[u8]) -> Result<M> {
+    if body.len() > MAX_FRAME_LEN as usize {
+        return Err(Error::FrameTooLarge {
+            len: body.len() as u64,
+            max: MAX_FRAME_LEN,
+        });
+    }
+    // A reader-based deserializer lets us see how much of the body the message used;
+    // it grows buffers only as bytes actually arrive, so bogus string lengths inside the
+    // body cannot trigger large allocations either.
+    let mut de = rmp_serde::Deserializer::new(Cursor::new(body));
+    let msg = M::deserialize(&mut de).map_err(|source| Error::Decode {
+        what: M::NAME,
+        len: body.len(),
+        source,
+    })?;
+    let used = de.position() as usize;
+    if used != body.len() {
+        return Err(Error::TrailingBytes {
+            what: "message",
+            used,
+            extra: body.len() - used,
+        });
+    }
+    Ok(msg)
+}
+
+/// Decodes `bytes`, which must be exactly one frame.
+///
+/// The header is checked first: a frame announcing more than [`MAX_FRAME_LEN`] bytes is
+/// rejected from its 4 header bytes alone.
+///
+/// # Errors
+/// [`Error::IncompleteFrame`], [`Error::FrameTooLarge`], [`Error::TrailingBytes`],
+/// [`Error::Decode`].
+pub fn decode_frame<M: Message>(bytes: &[u8]) -> Result<M> {
+    let Some(header) = bytes.first_chunk::<HEADER_LEN>() else {
+        return Err(Error::IncompleteFrame {
+            needed: HEADER_LEN,
+            available: bytes.len(),
+        });
+    };
+    let needed = HEADER_LEN + body_len(*header)?;
+    if bytes.len() < needed {
+        return Err(Error::IncompleteFrame {
+            needed,
+            available: bytes.len(),
+        });
+    }
+    if bytes.len() > needed {
+        return Err(Error::TrailingBytes {
+            what: "frame",
+            used: needed,
+            extra: bytes.len() - needed,
+        });
+    }
+    decode_body(&bytes[HEADER_LEN..])
+}
+
+/// Reads one frame from a blocking reader and decodes it.
+///
+/// Reads the header, checks the length, then reads exactly the body: it never reads past
+/// the frame and never allocates more than [`MAX_FRAME_LEN`] bytes.
+///
+/// # Errors
+/// [`Error::IncompleteFrame`] if the reader hits end-of-file mid-frame (or before it),
+/// [`Error::StreamIo`] on a read error, plus those of [`decode_body`].
+pub fn read_frame<M: Message, R: Read + ?Sized>(reader: &mut R) -> Result<M> {
+    let mut header = [0u8; HEADER_LEN];
+    let got = read_full(reader, &mut header)?;
+    if got < HEADER_LEN {
+        return Err(Error::IncompleteFrame {
+            needed: HEADER_LEN,
+            available: got,
+        });
+    }
+    let len = body_len(header)?;
+    let mut body = vec![0u8; len];
+    let got = read_full(reader, &mut body)?;
+    if got < len {
+        return Err(Error::IncompleteFrame {
+            needed: HEADER_LEN + len,
+            available: HEADER_LEN + got,
+        });
+    }
+    decode_body(&body)
+}
+
+/// Encodes `msg` and writes it as one frame with a single `write_all`.
+///
+/// # Errors
+/// Those of [`encode_frame`], and [`Error::StreamIo`] on a write error.
+pub fn write_frame<M: Message, W: Write + ?Sized>(writer: &mut W, msg: &M) -> Result<()> {
+    let frame = encode_frame(msg)?;
+    writer
+        .write_all(&frame)
+        .and_then(|()| writer.flush())
+        .map_err(|source| Error::StreamIo {
+            op: "write frame",
+            source,
+        })
+}
+
+/// Fills `buf` until it is full or the reader reports end-of-file; returns bytes read.
+fn read_full<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(Error::StreamIo {
+                    op: "read frame",
+                    source,
+                });
+            }
+        }
+    }
+    Ok(filled)
+}

@@ -1,0 +1,611 @@
+//! The runner's end: owns the private FIFO directory and answers commands.
+//!
+//! The runner (`memtrack run -- CMD`) is privileged and long-lived; the integration is
+//! whatever code runs inside CMD. This module creates a fresh 0700 directory holding the
+//! two FIFOs, tells the child where it is through [`FIFO_DIR_ENV`], and serves commands one
+//! frame at a time. Nothing the child writes can stop it: malformed frames are answered
+//! with [`Reply::Err`], and since the runner itself holds both FIFOs open read-write it
+//! never sees end-of-file, so integrations may come and go (and reopen) freely.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::ops::RangeInclusive;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clock::now_ns;
+use crate::error::{Error, Result};
+use crate::frame::{self, HEADER_LEN, MAX_FRAME_LEN};
+use crate::markers::{IntegrationInfo, MarkerEntry, MarkerResult};
+use crate::message::{Command, IntegrationMode, MIN_SUPPORTED_VERSION, PROTOCOL_VERSION, Reply};
+use crate::sys;
+
+/// Environment variable through which the runner hands the FIFO directory's absolute path
+/// to the command it runs.
+pub const FIFO_DIR_ENV: &str = "MEMTRACK_FIFO_DIR";
+
+/// File name, inside the FIFO directory, of the FIFO the integration writes commands to.
+pub const CONTROL_FIFO_NAME: &str = "control.fifo";
+
+/// File name, inside the FIFO directory, of the FIFO the runner writes replies to.
+pub const ACK_FIFO_NAME: &str = "ack.fifo";
+
+/// How long, by default, a partially received frame may sit without new bytes before the
+/// runner drops it and answers [`Reply::Err`] (1 s).
+pub const DEFAULT_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long the runner keeps trying to write one reply into a full ack FIFO (1 s).
+const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bytes read from the control FIFO per `read(2)` (64 KiB, one pipe buffer).
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Lets the embedding measurement mode answer a command before the shared handling does.
+///
+/// [`Command::Sync`] is answered by the runner itself and never reaches a handler.
+///
+/// Return `Some(reply)` to answer the command yourself (the shared handling, including its
+/// bookkeeping in [`MarkerResult`], is then skipped for that command), or `None` to let the
+/// shared handling answer it. A handler that only needs a side effect (say, enabling
+/// allocation tracking on [`Command::StartBenchmark`]) performs it and returns `None`.
+///
+/// Closures `FnMut(&Command) -> Option<Reply>` implement this trait.
+pub trait Handler {
+    /// Handles `cmd` or defers to the shared handling by returning `None`.
+    fn handle(&mut self, cmd: &Command) -> Option<Reply>;
+}
+
+impl<F: FnMut(&Command) -> Option<Reply>> Handler for F {
+    fn handle(&mut self, cmd: &Command) -> Option<Reply> {
+        self(cmd)
+    }
+}
+
+/// A [`Handler`] that leaves every command to the shared handling.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SharedHandling;
+
+impl Handler for SharedHandling {
+    fn handle(&mut self, _cmd: &Command) -> Option<Reply> {
+        None
+    }
+}
+
+/// Stops a serving [`FifoRunner`] from another thread (e.g. once the command exited).
+///
+/// Cloneable and `Send`; stopping is idempotent.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    requested: Arc<AtomicBool>,
+    wake: Arc<io::PipeWriter>,
+}
+
+impl ShutdownHandle {
+    /// Asks the runner to stop; `serve` returns after the frame it is handling, if any.
+    pub fn shutdown(&self) {
+        if !self.requested.swap(true, Ordering::SeqCst) {
+            // One byte wakes the runner's poll(); it is written at most once, so the pipe
+            // can never fill. Failure is harmless: nothing is left to wake.
+            let _ = (&*self.wake).write(&[1]);
+        }
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+}
+
+/// The runner's end of the protocol: the private FIFO directory and the serving loop.
+///
+/// Dropping it removes the directory and its FIFOs.
+pub struct FifoRunner {
+    dir: tempfile::TempDir,
+    control_path: PathBuf,
+    ack_path: PathBuf,
+    /// Opened read-write and non-blocking: the runner is always a writer too, so it never
+    /// sees end-of-file when an integration closes its end.
+    control: File,
+    /// Opened read-write and non-blocking: writing a reply never blocks on open.
+    ack: File,
+    wake_rx: io::PipeReader,
+    shutdown: ShutdownHandle,
+    mode: IntegrationMode,
+    partial_frame_timeout: Duration,
+    logger: Box<dyn FnMut(&str) + Send>,
+    result: MarkerResult,
+    buf: Vec<u8>,
+}
+
+impl fmt::Debug for FifoRunner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FifoRunner")
+            .field("dir", &self.dir.path())
+            .field("mode", &self.mode)
+            .field("partial_frame_timeout", &self.partial_frame_timeout)
+            .field("result", &self.result)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FifoRunner {
+    /// Creates the FIFO directory under `$XDG_RUNTIME_DIR` when that is set to an existing
+    /// directory, else under the system temporary directory, for a runner measuring in
+    /// `mode`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the directory or FIFO that could not be created or opened.
+    pub fn new(mode: IntegrationMode) -> Result<Self> {
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && p.is_dir());
+        match runtime_dir {
+            Some(base) => {
+                Self::new_in(mode, &base).or_else(|_| Self::new_in(mode, &std::env::temp_dir()))
+            }
+            None => Self::new_in(mode, &std::env::temp_dir()),
+        }
+    }
+
+    /// Creates the FIFO directory, with a random name, inside `base`.
+    ///
+    /// The directory is created with mode 0700 (no window with wider permissions), the
+    /// FIFOs with mode 0600; both are set explicitly afterwards so the umask cannot leave
+    /// them unusable.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the directory or FIFO that could not be created or opened.
+    pub fn new_in(mode: IntegrationMode, base: &Path) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("memtrack-fifo-")
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir_in(base)
+            .map_err(|e| Error::io("create a private directory in", base, e))?;
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io("set mode 0700 on", dir.path(), e))?;
+
+        let control_path = dir.path().join(CONTROL_FIFO_NAME);
+        let ack_path = dir.path().join(ACK_FIFO_NAME);
+        for path in [&control_path, &ack_path] {
+            sys::mkfifo(path, 0o600).map_err(|e| Error::io("create FIFO", path, e))?;
+            fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+                .map_err(|e| Error::io("set mode 0600 on", path, e))?;
+        }
+        let open_rw = |path: &Path, op| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(path)
+                .map_err(|e| Error::io(op, path, e))
+        };
+        let control = open_rw(&control_path, "open control FIFO")?;
+        let ack = open_rw(&ack_path, "open ack FIFO")?;
+
+        let (wake_rx, wake_tx) = io::pipe().map_err(|source| Error::StreamIo {
+            op: "create the shutdown wake-up pipe",
+            source,
+        })?;
+        sys::set_nonblocking(wake_tx.as_fd(), true).map_err(|source| Error::StreamIo {
+            op: "make the shutdown wake-up pipe non-blocking",
+            source,
+        })?;
+
+        Ok(FifoRunner {
+            dir,
+            control_path,
+            ack_path,
+            control,
+            ack,
+            wake_rx,
+            shutdown: ShutdownHandle {
+                requested: Arc::new(AtomicBool::new(false)),
+                wake: Arc::new(wake_tx),
+            },
+            mode,
+            partial_frame_timeout: DEFAULT_PARTIAL_FRAME_TIMEOUT,
+            logger: Box::new(|msg| eprintln!("memtrack: fifo runner: {msg}")),
+            result: MarkerResult::new(),
+            buf: Vec::new(),
+        })
+    }
+
+    /// The `(name, value)` pair to set in the command's environment, e.g.
+    /// `command.env(name, value)`: [`FIFO_DIR_ENV`] and the directory's path.
+    pub fn env_var(&self) -> (&'static str, OsString) {
+        (FIFO_DIR_ENV, self.dir.path().as_os_str().to_owned())
+    }
+
+    /// The private FIFO directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Path of the FIFO integrations write commands to.
+    pub fn control_path(&self) -> &Path {
+        &self.control_path
+    }
+
+    /// Path of the FIFO the runner writes replies to.
+    pub fn ack_path(&self) -> &Path {
+        &self.ack_path
+    }
+
+    /// The mode reported to [`Command::GetIntegrationMode`].
+    pub fn mode(&self) -> IntegrationMode {
+        self.mode
+    }
+
+    /// Protocol versions accepted in [`Command::SetVersion`]:
+    /// [`MIN_SUPPORTED_VERSION`]`..=`[`PROTOCOL_VERSION`].
+    pub fn supported_versions(&self) -> RangeInclusive<u64> {
+        MIN_SUPPORTED_VERSION..=PROTOCOL_VERSION
+    }
+
+    /// Sets how long a partially received frame may go without new bytes before it is
+    /// dropped and answered with [`Reply::Err`] (default
+    /// [`DEFAULT_PARTIAL_FRAME_TIMEOUT`]).
+    pub fn set_partial_frame_timeout(&mut self, timeout: Duration) {
+        self.partial_frame_timeout = timeout;
+    }
+
+    /// Replaces where the runner reports malformed frames and undeliverable replies
+    /// (default: one line on stderr each).
+    pub fn set_logger(&mut self, logger: impl FnMut(&str) + Send + 'static) {
+        self.logger = Box::new(logger);
+    }
+
+    /// Hands the directory and both FIFOs to user `uid` / group `gid`, for a runner that
+    /// runs the command as another (unprivileged) user. The modes stay 0700 / 0600, so
+    /// only that user (and root) can reach the FIFOs.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the path whose owner could not be changed.
+    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<()> {
+        for path in [self.dir.path(), &self.control_path, &self.ack_path] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| Error::io("change the owner of", path, e))?;
+        }
+        Ok(())
+    }
+
+    /// A handle that makes [`serve`](Self::serve) return, usable from any thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// What the shared handling recorded so far.
+    pub fn marker_result(&self) -> &MarkerResult {
+        &self.result
+    }
+
+    /// Consumes the runner (removing its directory) and returns what it recorded.
+    pub fn into_marker_result(self) -> MarkerResult {
+        self.result
+    }
+
+    /// Serves commands until [`ShutdownHandle::shutdown`] is called, giving `handler` the
+    /// first say on every command.
+    ///
+    /// Malformed input never ends the loop: a frame that is too large, not valid
+    /// MessagePack, not a [`Command`], or left incomplete for longer than the partial-frame
+    /// timeout is answered with [`Reply::Err`] and reported to the logger.
+    ///
+    /// # Errors
+    /// Only when waiting on or reading the control FIFO itself fails ([`Error::Io`]).
+    pub fn serve<H: Handler + ?Sized>(&mut self, handler: &mut H) -> Result<()> {
+        // When the last byte of a still-incomplete frame arrived.
+        let mut partial_since: Option<Instant> = None;
+        loop {
+            if self.shutdown.is_requested() {
+                return Ok(());
+            }
+            let wait = partial_since
+                .map(|since| self.partial_frame_timeout.saturating_sub(since.elapsed()));
+            let mut fds = [
+                sys::PollFd::new(self.control.as_fd(), libc::POLLIN),
+                sys::PollFd::new(self.wake_rx.as_fd(), libc::POLLIN),
+            ];
+            sys::poll(&mut fds, wait)
+                .map_err(|e| Error::io("wait for commands on", &self.control_path, e))?;
+            let control_ready = fds[0].revents != 0;
+            if fds[1].revents != 0 {
+                // Woken by shutdown(); the loop head sees the flag.
+                continue;
+            }
+
+            if control_ready && self.read_available()? {
+                partial_since = Some(Instant::now());
+            }
+            self.process_buffered(handler);
+
+            if self.buf.is_empty() {
+                partial_since = None;
+            } else if partial_since.is_some_and(|t| t.elapsed() >= self.partial_frame_timeout) {
+                // An oversized header was rejected on arrival, so this one is in bounds.
+                let needed = self
+                    .buf
+                    .first_chunk::<HEADER_LEN>()
+                    .map_or(HEADER_LEN, |h| HEADER_LEN + u32::from_le_bytes(*h) as usize);
+                let err = Error::IncompleteFrame {
+                    needed,
+                    available: self.buf.len(),
+                };
+                self.reject(
+                    &err,
+                    "dropped an incomplete frame after the partial-frame timeout",
+                );
+                self.buf.clear();
+                partial_since = None;
+            }
+        }
+    }
+
+    /// Moves the runner to a background thread serving with `handler`.
+    ///
+    /// # Errors
+    /// [`Error::StreamIo`] if the thread cannot be spawned.
+    pub fn spawn<H: Handler + Send + 'static>(self, handler: H) -> Result<RunnerThread<H>> {
+        let shutdown = self.shutdown_handle();
+        let env = self.env_var();
+        let dir = self.dir().to_owned();
+        let join = std::thread::Builder::new()
+            .name("memtrack-fifo".to_owned())
+            .spawn(move || {
+                let mut runner = self;
+                let mut handler = handler;
+                let outcome = runner.serve(&mut handler);
+                (runner, handler, outcome)
+            })
+            .map_err(|source| Error::StreamIo {
+                op: "spawn the runner thread",
+                source,
+            })?;
+        Ok(RunnerThread {
+            join,
+            shutdown,
+            env,
+            dir,
+        })
+    }
+
+    /// Reads everything currently available from the control FIFO into the buffer.
+    /// Returns whether any byte arrived.
+    fn read_available(&mut self) -> Result<bool> {
+        let mut got_any = false;
+        // Never hold more than one maximal frame plus one chunk: complete frames are
+        // consumed as soon as they are buffered, oversized ones rejected from their header.
+        let limit = HEADER_LEN + MAX_FRAME_LEN as usize;
+        while self.buf.len() < limit {
+            let start = self.buf.len();
+            self.buf.resize(start + READ_CHUNK, 0);
+            let res = (&self.control).read(&mut self.buf[start..]);
+            let n = *res.as_ref().unwrap_or(&0);
+            self.buf.truncate(start + n);
+            match res {
+                Ok(0) => break, // unreachable while we hold a write end, but harmless
+                Ok(_) => got_any = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read commands from", &self.control_path, e)),
+            }
+        }
+        Ok(got_any)
+    }
+
+    /// Discards everything currently readable from the control FIFO, to get back in step
+    /// after a header that cannot be trusted.
+    fn discard_available(&mut self) {
+        let mut sink = [0u8; 4096];
+        loop {
+            match (&self.control).read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Answers every complete frame in the buffer.
+    fn process_buffered<H: Handler + ?Sized>(&mut self, handler: &mut H) {
+        loop {
+            let decoded = match frame::split_frame(&self.buf) {
+                Ok(None) => return,
+                Ok(Some((body, used))) => (frame::decode_body::<Command>(body), used),
+                Err(err) => {
+                    // The stream position is lost: drop what we have and what is already
+                    // queued, before replying, so the next writer starts on a clean pipe.
+                    self.buf.clear();
+                    self.discard_available();
+                    self.reject(&err, "discarded input after an invalid frame header");
+                    return;
+                }
+            };
+            match decoded {
+                (Ok(cmd), used) => {
+                    self.buf.drain(..used);
+                    let reply = match cmd {
+                        // Transport-level: never the handler's business.
+                        Command::Sync { nonce } => Reply::Synced { nonce },
+                        _ => match handler.handle(&cmd) {
+                            Some(reply) => reply,
+                            None => self.handle_shared(&cmd),
+                        },
+                    };
+                    self.send_reply(&reply);
+                }
+                (Err(err), used) => {
+                    self.buf.drain(..used);
+                    self.reject(&err, "skipped a malformed frame");
+                }
+            }
+        }
+    }
+
+    /// The handling common to every mode.
+    fn handle_shared(&mut self, cmd: &Command) -> Reply {
+        let ack_or_err = |r: std::result::Result<(), String>| match r {
+            Ok(()) => Reply::Ack,
+            Err(message) => Reply::Err { message },
+        };
+        match cmd {
+            Command::SetVersion(version) => {
+                let supported = self.supported_versions();
+                if supported.contains(version) {
+                    self.result.protocol_version = Some(*version);
+                    Reply::Ack
+                } else {
+                    let err = Error::UnsupportedVersion {
+                        requested: *version,
+                        min: *supported.start(),
+                        max: *supported.end(),
+                    };
+                    Reply::Err {
+                        message: err.to_string(),
+                    }
+                }
+            }
+            Command::SetIntegration { name, version } => {
+                self.result.integration = Some(IntegrationInfo {
+                    name: name.clone(),
+                    version: version.clone(),
+                });
+                Reply::Ack
+            }
+            Command::CurrentBenchmark { pid, uri } => {
+                self.result.benchmarks.push(crate::markers::BenchmarkSpan {
+                    pid: *pid,
+                    uri: uri.clone(),
+                    since_ns: now_ns(),
+                });
+                Reply::Ack
+            }
+            Command::StartBenchmark => ack_or_err(self.result.start_measurement(now_ns())),
+            Command::StopBenchmark => ack_or_err(self.result.stop_measurement(now_ns())),
+            Command::AddMarker { pid, marker } => {
+                self.result.markers.push(MarkerEntry {
+                    pid: *pid,
+                    marker: *marker,
+                });
+                Reply::Ack
+            }
+            Command::Ping => Reply::Ack,
+            Command::GetIntegrationMode => Reply::IntegrationMode(self.mode),
+            Command::Sync { nonce } => Reply::Synced { nonce: *nonce },
+        }
+    }
+
+    /// Logs `err` and answers it with [`Reply::Err`].
+    fn reject(&mut self, err: &Error, what: &str) {
+        (self.logger)(&format!("{what}: {err}"));
+        self.send_reply(&Reply::Err {
+            message: err.to_string(),
+        });
+    }
+
+    /// Writes one reply frame into the ack FIFO; failures are logged, never fatal.
+    fn send_reply(&mut self, reply: &Reply) {
+        let frame = match frame::encode_frame(reply) {
+            Ok(frame) => frame,
+            Err(err) => {
+                (self.logger)(&format!("cannot encode reply {reply:?}: {err}"));
+                let fallback = Reply::Err {
+                    message: format!("the runner could not encode its reply: {err}"),
+                };
+                match frame::encode_frame(&fallback) {
+                    Ok(frame) => frame,
+                    Err(_) => return,
+                }
+            }
+        };
+        if let Err(err) = self.write_reply(&frame) {
+            (self.logger)(&format!("dropped reply {reply:?}: {err}"));
+        }
+    }
+
+    fn write_reply(&mut self, frame: &[u8]) -> Result<()> {
+        let deadline = Instant::now() + REPLY_WRITE_TIMEOUT;
+        let mut written = 0;
+        let mut drained = false;
+        while written < frame.len() {
+            match (&self.ack).write(&frame[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !drained && written == 0 {
+                        // The pipe is full of replies nobody read (integrations that gave
+                        // up waiting); clients serialize on a lock and each waits for its
+                        // own reply, so everything queued is stale.
+                        drained = true;
+                        let mut sink = [0u8; 4096];
+                        while matches!((&self.ack).read(&mut sink), Ok(n) if n > 0) {}
+                        continue;
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::Timeout {
+                            waiting_for: "write a reply",
+                            path: self.ack_path.clone(),
+                            timeout: REPLY_WRITE_TIMEOUT,
+                        });
+                    }
+                    let mut fds = [sys::PollFd::new(self.ack.as_fd(), libc::POLLOUT)];
+                    sys::poll(&mut fds, Some(left))
+                        .map_err(|e| Error::io("wait to write a reply to", &self.ack_path, e))?;
+                }
+                Err(e) => return Err(Error::io("write a reply to", &self.ack_path, e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`FifoRunner`] serving on a background thread; see [`FifoRunner::spawn`].
+#[derive(Debug)]
+pub struct RunnerThread<H> {
+    join: JoinHandle<(FifoRunner, H, Result<()>)>,
+    shutdown: ShutdownHandle,
+    env: (&'static str, OsString),
+    dir: PathBuf,
+}
+
+impl<H> RunnerThread<H> {
+    /// Same as [`FifoRunner::env_var`].
+    pub fn env_var(&self) -> (&'static str, OsString) {
+        self.env.clone()
+    }
+
+    /// The private FIFO directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A handle that stops the thread without consuming this value.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Stops serving, waits for the thread, removes the FIFO directory and returns what was
+    /// recorded together with the handler.
+    ///
+    /// # Errors
+    /// The error that ended [`FifoRunner::serve`], if it failed. A panic in the handler is
+    /// resumed on the calling thread.
+    pub fn stop(self) -> Result<(MarkerResult, H)> {
+        self.shutdown.shutdown();
+        let (runner, handler, outcome) = match self.join.join() {
+            Ok(parts) => parts,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        outcome?;
+        Ok((runner.into_marker_result(), handler))
+    }
+}

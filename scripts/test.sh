@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install what is missing, check formatting
+# and lints, then run every test. Run as root: the end-to-end tests load eBPF programs
+# (as root, MEMTRACK_REQUIRE_PRIVILEGED=1 makes any privilege skip a failure).
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+bash scripts/bootstrap.sh
+if [ "$(id -u)" -eq 0 ]; then
+    export MEMTRACK_REQUIRE_PRIVILEGED=1
+else
+    echo "[test] not root: tests that need eBPF will print SKIPPED" >&2
+fi
+echo "[test] cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "[test] cargo clippy --all-targets -- -D warnings" >&2
+cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "[test] cargo test" >&2
+cargo test --locked --workspace --all-targets
+cargo test --locked --workspace --doc
