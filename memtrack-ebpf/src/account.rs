@@ -187,14 +187,16 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size:
         }
         let live = &raw mut (*stats).live_bytes;
         match atomics::add_fetch(live, size) {
-            Some(now_live) => match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live)
-            {
-                Some(true) => {
-                    core::ptr::write_volatile(&raw mut (*stats).peak_time_ns, bpf_ktime_get_ns())
+            Some(now_live) => {
+                match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live) {
+                    Some(true) => core::ptr::write_volatile(
+                        &raw mut (*stats).peak_time_ns,
+                        bpf_ktime_get_ns(),
+                    ),
+                    Some(false) => {}
+                    None => atomics::add(&raw mut (*stats).lost_events, 1),
                 }
-                Some(false) => {}
-                None => atomics::add(&raw mut (*stats).lost_events, 1),
-            },
+            }
             None => {
                 atomics::add(live, size);
                 atomics::add(&raw mut (*stats).lost_events, 1);

@@ -65,9 +65,7 @@ pub fn raise_to(dst: *mut u64, v: u64) -> Option<bool> {
         }
         // SAFETY: as for `add`.
         let (_, swapped) = unsafe {
-            atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
-                dst, old, v,
-            )
+            atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(dst, old, v)
         };
         if swapped {
             return Some(true);

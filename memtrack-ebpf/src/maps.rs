@@ -12,8 +12,7 @@ use memtrack_common::{
 
 /// tgid -> whether and which threads of the process are counted.
 #[map]
-pub static TRACKED: HashMap<u32, TrackState> =
-    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+pub static TRACKED: HashMap<u32, TrackState> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
 
 /// tgid -> counters. Inserted (zeroed) by user space; only updated here.
 #[map]

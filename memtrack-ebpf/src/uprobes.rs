@@ -65,8 +65,7 @@ fn realloc_entry(f: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
         pending.old_size = old;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
-    if !account::begin_call(id, &pending, stats) && pending.flags & pending_flags::OLD_KNOWN != 0
-    {
+    if !account::begin_call(id, &pending, stats) && pending.flags & pending_flags::OLD_KNOWN != 0 {
         account::restore_live(stats, tgid, ptr, pending.old_size);
     }
     0

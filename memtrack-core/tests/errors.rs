@@ -1,0 +1,129 @@
+//! Bad input gets a clear error and leaves everything else working: a missing command,
+//! a vanished pid, a static binary with no allocator symbols, no privileges.
+
+mod support;
+
+use std::{os::unix::fs::PermissionsExt, process::Command};
+
+use memtrack::{AllocatorStatus, CommandSpec, Error, Tracker};
+use support::require_privileges;
+
+fn memtrack_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_memtrack")
+}
+
+#[test]
+fn missing_command_exits_127_with_one_line() {
+    if !require_privileges("missing_command") {
+        return;
+    }
+    let out = Command::new(memtrack_bin())
+        .args(["run", "--", "/nonexistent/command"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/command: command not found"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_command_is_an_error_value() {
+    if !require_privileges("missing_command_value") {
+        return;
+    }
+    let err = Tracker::builder()
+        .spawn(CommandSpec::new("definitely-not-a-command-xyz"))
+        .err()
+        .expect("spawn must fail");
+    assert!(matches!(err, Error::CommandNotFound { .. }), "{err:?}");
+}
+
+#[test]
+fn vanished_pid_is_process_gone() {
+    if !require_privileges("vanished_pid") {
+        return;
+    }
+    // Spawn and reap a process, so its pid is (for now) free.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let err = Tracker::builder().attach_pid(pid).err().expect("must fail");
+    assert!(
+        matches!(err, Error::ProcessGone { pid: p } if p == pid),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
+
+#[test]
+fn static_binary_without_symbols_is_reported_not_counted_as_zero() {
+    if !require_privileges("static_binary") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("static.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\nint main(void){void *volatile p = malloc(100); free(p); return 0;}\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("static");
+    let ok = Command::new("gcc")
+        .args(["-O0", "-static", "-s", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "gcc -static must work (libc6-dev ships libc.a)");
+    let tracker = Tracker::builder().spawn(CommandSpec::new(&bin)).unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let processes = tracker.collect_processes().unwrap();
+    assert_eq!(processes.len(), 1);
+    match &processes[0].allocator {
+        AllocatorStatus::NotRecognised { reason } => {
+            assert!(reason.contains("no known allocator"), "{reason}")
+        }
+        other => panic!("expected NotRecognised, got {other:?}"),
+    }
+    let report = memtrack::report::render_text(
+        &[memtrack::MemtrackResult::from_process(&processes[0])],
+        &[],
+    );
+    assert!(report.contains("allocator not recognised"), "{report}");
+}
+
+/// As user `nobody` (no capabilities), memtrack says which capabilities are missing and
+/// exits with its own error code instead of panicking.
+#[test]
+fn unprivileged_user_gets_the_capability_message() {
+    if !require_privileges("unprivileged_user") {
+        return;
+    }
+    // nobody must be able to execute the binary: copy it somewhere world-readable.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("memtrack");
+    std::fs::copy(memtrack_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CAP_BPF and CAP_PERFMON"), "{stderr}");
+    assert!(stderr.contains("sudo"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,90 @@
+//! The in-process Tracker on this test process, all threads. One test function only, so
+//! no other test thread allocates while it measures.
+
+mod support;
+
+use memtrack::Tracker;
+use support::require_privileges;
+
+#[inline(never)]
+fn boxed_thousand() {
+    let b = Box::new([0u8; 1000]);
+    std::hint::black_box(&b);
+}
+
+#[test]
+fn process_scope() {
+    if !require_privileges("in_process::process_scope") {
+        return;
+    }
+    let mut tracker = Tracker::new().unwrap();
+
+    // Nothing between start and stop: exactly zero, every time.
+    for round in 0..100 {
+        tracker.reset().unwrap();
+        tracker.start().unwrap();
+        tracker.stop().unwrap();
+        let stats = tracker.collect().unwrap();
+        assert_eq!(
+            stats,
+            memtrack::Stats::default(),
+            "round {round}: {stats:#?}"
+        );
+    }
+
+    // Box::new([0u8; 1000]): one block of 1000 bytes, freed.
+    tracker.reset().unwrap();
+    tracker.start().unwrap();
+    boxed_thousand();
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(stats.alloc_calls, 1, "{stats:#?}");
+    assert_eq!(stats.bytes_allocated, 1000);
+    assert_eq!(stats.free_calls, 1);
+    assert_eq!(stats.bytes_freed, 1000);
+    assert_eq!((stats.live_blocks, stats.live_bytes), (0, 0));
+    assert_eq!(stats.peak_live_bytes, 1000);
+    assert_eq!(stats.function("malloc").unwrap().calls, 1);
+    assert_eq!(stats.function("free").unwrap().calls, 1);
+    assert!(stats.peak_time_ns > 0);
+
+    // A Vec<u64> grown by pushes: 8 pushes reallocate at capacities 4 -> 8 (the first
+    // push allocates 4 elements = 32 bytes with malloc, the fifth grows to 64 bytes
+    // with realloc), then dropping it frees the last block.
+    tracker.reset().unwrap();
+    tracker.start().unwrap();
+    let mut v: Vec<u64> = Vec::new();
+    for i in 0..8 {
+        v.push(i);
+    }
+    std::hint::black_box(&v);
+    drop(v);
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    let malloc = stats.function("malloc").unwrap();
+    let realloc = stats.function("realloc").unwrap();
+    assert_eq!((malloc.calls, malloc.bytes), (1, 32), "{stats:#?}");
+    assert_eq!(
+        (realloc.calls, realloc.bytes, realloc.grows),
+        (1, 64, 1),
+        "{stats:#?}"
+    );
+    assert_eq!(stats.alloc_calls, 2);
+    assert_eq!(stats.bytes_allocated, 96);
+    assert_eq!(stats.free_calls, 2, "realloc's release and the final free");
+    assert_eq!(stats.bytes_freed, 96);
+    assert_eq!(stats.peak_live_bytes, 64);
+    assert_eq!(stats.lost_events, 0);
+
+    // start/stop repeat; collect accumulates until reset.
+    tracker.reset().unwrap();
+    for _ in 0..3 {
+        tracker.start().unwrap();
+        boxed_thousand();
+        tracker.stop().unwrap();
+        boxed_thousand(); // not counted
+    }
+    let stats = tracker.collect().unwrap();
+    assert_eq!((stats.alloc_calls, stats.bytes_allocated), (3, 3000));
+    assert_eq!((stats.free_calls, stats.bytes_freed), (3, 3000));
+}
