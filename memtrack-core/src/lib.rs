@@ -37,7 +37,7 @@ mod stats;
 mod tracker;
 
 pub use error::{Error, Result};
-pub use loader::ProbeInfo;
+pub use loader::{ProbeInfo, ProbePlacement};
 pub use process::{AllocatorStatus, TrackedProcess, monotonic_ns};
 pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
 pub use spawn::CommandSpec;

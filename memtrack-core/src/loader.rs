@@ -59,6 +59,19 @@ fn entry_program(function: AllocFn) -> &'static str {
     }
 }
 
+/// Where entry probes go inside each function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbePlacement {
+    /// On the first instruction the kernel emulates instead of single-stepping, as long
+    /// as no earlier instruction changes an argument register the probe reads (see
+    /// `memtrack_targets::probe_site`); return probes share that breakpoint when the
+    /// stack is still untouched there. Same counts, a fraction of the cost.
+    #[default]
+    Cheapest,
+    /// At each function's first byte (the classic placement; for comparison).
+    FunctionEntry,
+}
+
 /// One probed function in one process, as recorded in results: what was measured.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeInfo {
@@ -75,8 +88,18 @@ pub struct ProbeInfo {
     pub file_offset: u64,
     /// Offset of the entry probe from the function's first byte, in bytes.
     pub entry_offset: u64,
+    /// The instruction the entry probe sits on (AT&T syntax; empty if unknown).
+    #[serde(default)]
+    pub entry_instruction: String,
+    /// Whether the kernel emulates that instruction (cheap) instead of single-stepping it.
+    #[serde(default)]
+    pub entry_emulated: bool,
     /// Whether a return probe is attached too.
     pub return_probe: bool,
+    /// Offset of the return probe's breakpoint from the function's first byte, in bytes
+    /// (equal to `entry_offset` when both share one breakpoint).
+    #[serde(default)]
+    pub return_offset: u64,
 }
 
 struct Link {
@@ -100,6 +123,19 @@ pub(crate) struct Engine {
     global: Array<MapData, u64>,
     processes: BTreeMap<u32, ProcessLinks>,
     _syscall_links: Vec<TracePointLinkId>,
+    placement: ProbePlacement,
+    /// Chosen sites by (object, function file offset): decoding is done once per
+    /// object, not once per process.
+    sites: std::collections::HashMap<(PathBuf, u64), Site>,
+}
+
+/// Where one function's probes go.
+#[derive(Clone, Debug)]
+struct Site {
+    entry_offset: u64,
+    return_offset: u64,
+    instruction: String,
+    emulated: bool,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
@@ -132,7 +168,7 @@ where
 impl Engine {
     /// Checks privileges and kernel support, loads and verifies every program, and
     /// attaches the (globally filtered) syscall tracepoints.
-    pub(crate) fn load(max_live_blocks: u32) -> Result<Self> {
+    pub(crate) fn load(max_live_blocks: u32, placement: ProbePlacement) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
         let mut ebpf = EbpfLoader::new()
@@ -182,6 +218,8 @@ impl Engine {
             global,
             processes: BTreeMap::new(),
             _syscall_links: syscall_links,
+            placement,
+            sites: std::collections::HashMap::new(),
         })
     }
 
@@ -237,12 +275,12 @@ impl Engine {
         target: &ProbeTarget,
     ) -> Result<ProbeInfo> {
         let entry = entry_program(target.function);
-        let entry_offset = 0;
+        let site = self.site(target);
         let id = attach_uprobe(
             &mut self.ebpf,
             entry,
             &target.object,
-            target.file_offset + entry_offset,
+            target.file_offset + site.entry_offset,
             pid,
             scope_pid,
         )?;
@@ -254,7 +292,7 @@ impl Engine {
                 &mut self.ebpf,
                 RETURN_PROGRAM,
                 &target.object,
-                target.file_offset,
+                target.file_offset + site.return_offset,
                 pid,
                 scope_pid,
             )?;
@@ -273,11 +311,49 @@ impl Engine {
             object: target.object.clone(),
             symbol: target.symbol.clone(),
             file_offset: target.file_offset,
-            entry_offset,
+            entry_offset: site.entry_offset,
+            entry_instruction: site.instruction,
+            entry_emulated: site.emulated,
             return_probe,
+            return_offset: if return_probe { site.return_offset } else { 0 },
         };
         links.probes.push(info.clone());
         Ok(info)
+    }
+
+    /// Where the probes of `target` go, by the configured placement (cached).
+    fn site(&mut self, target: &ProbeTarget) -> Site {
+        let key = (target.object.clone(), target.file_offset);
+        if let Some(site) = self.sites.get(&key) {
+            return site.clone();
+        }
+        let site = match self.placement {
+            ProbePlacement::FunctionEntry => None,
+            ProbePlacement::Cheapest => memtrack_targets::entry_site(&target.object, target).ok(),
+        };
+        let site = match site {
+            Some(s) => Site {
+                entry_offset: s.offset_in_function,
+                // A return probe reads the return address at rsp: it can share the
+                // entry breakpoint only while nothing has been pushed yet.
+                return_offset: if s.stack_adjust == 0 {
+                    s.offset_in_function
+                } else {
+                    0
+                },
+                instruction: s.instruction,
+                emulated: s.emulated,
+            },
+            // Unreadable code, or the classic placement: the first byte.
+            None => Site {
+                entry_offset: 0,
+                return_offset: 0,
+                instruction: String::new(),
+                emulated: false,
+            },
+        };
+        self.sites.insert(key, site.clone());
+        site
     }
 
     /// The probes attached for `pid`.

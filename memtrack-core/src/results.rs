@@ -189,7 +189,10 @@ mod tests {
                 symbol: "malloc".into(),
                 file_offset: 0x1000,
                 entry_offset: 0,
+                entry_instruction: "push %r12".into(),
+                entry_emulated: true,
                 return_probe: true,
+                return_offset: 0,
             }],
             stats: Stats {
                 alloc_calls: 3,

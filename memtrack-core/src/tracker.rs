@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::{
     error::{Error, Result},
     follow::{Follower, Root},
-    loader::{Engine, ProbeInfo},
+    loader::{Engine, ProbeInfo, ProbePlacement},
     process::{AllocatorStatus, ProcessRecord, Registry, TrackedProcess},
     spawn::CommandSpec,
     stats::Stats,
@@ -75,6 +75,7 @@ pub struct TrackerBuilder {
     scope: Scope,
     max_live_blocks: u32,
     start_enabled: bool,
+    placement: ProbePlacement,
 }
 
 impl Default for TrackerBuilder {
@@ -83,6 +84,7 @@ impl Default for TrackerBuilder {
             scope: Scope::Process,
             max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
             start_enabled: true,
+            placement: ProbePlacement::default(),
         }
     }
 }
@@ -109,9 +111,15 @@ impl TrackerBuilder {
         self
     }
 
+    /// Where entry probes go (default: the cheapest exact site of each function).
+    pub fn probe_placement(mut self, placement: ProbePlacement) -> Self {
+        self.placement = placement;
+        self
+    }
+
     fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
         Ok(Arc::new(Shared {
-            engine: Mutex::new(Engine::load(self.max_live_blocks)?),
+            engine: Mutex::new(Engine::load(self.max_live_blocks, self.placement)?),
             registry: Mutex::new(Registry::new()),
             enabled: AtomicBool::new(enabled),
             root_exit: Mutex::new(None),

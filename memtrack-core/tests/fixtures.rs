@@ -1,20 +1,23 @@
 //! Every C fixture of tests/fixtures runs under the tracker (spawned, followed across
 //! fork) and every counter is compared exactly with tests/fixtures/expected.json, whose
 //! numbers were cross-checked with valgrind DHAT (see tests/fixtures/README.md).
+//! Each single-process fixture runs twice: with the cheapest probe sites (the default)
+//! and with every probe at its function's first byte; the counts must not differ.
 
 mod support;
 
 use std::{io::Read, os::fd::AsRawFd};
 
-use memtrack::{CommandSpec, Tracker};
+use memtrack::{CommandSpec, ProbePlacement, Tracker};
 use support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
-fn check_single(name: &str) {
+fn check_single(name: &str, placement: ProbePlacement) {
     if !require_privileges(name) {
         return;
     }
     let tracker = Tracker::builder()
+        .probe_placement(placement)
         .spawn(CommandSpec::new(fixture(name)))
         .unwrap();
     let status = tracker.wait().unwrap();
@@ -34,54 +37,35 @@ fn check_single(name: &str) {
     );
 }
 
-#[test]
-fn malloc_free() {
-    check_single("malloc_free");
+/// One test per fixture and placement: `cheapest::NAME` and `function_entry::NAME`.
+macro_rules! exact {
+    ($($name:ident => $fixture:literal),* $(,)?) => {
+        mod cheapest {
+            $(#[test]
+            fn $name() {
+                super::check_single($fixture, memtrack::ProbePlacement::Cheapest);
+            })*
+        }
+        mod function_entry {
+            $(#[test]
+            fn $name() {
+                super::check_single($fixture, memtrack::ProbePlacement::FunctionEntry);
+            })*
+        }
+    };
 }
 
-#[test]
-fn calloc() {
-    check_single("calloc");
-}
-
-#[test]
-fn realloc() {
-    check_single("realloc");
-}
-
-#[test]
-fn reallocarray() {
-    check_single("reallocarray");
-}
-
-#[test]
-fn aligned() {
-    check_single("aligned");
-}
-
-#[test]
-fn aligned_small() {
-    check_single("aligned_small");
-}
-
-#[test]
-fn leak() {
-    check_single("leak");
-}
-
-#[test]
-fn peak() {
-    check_single("peak");
-}
-
-#[test]
-fn threads_8x100k_exact_no_loss() {
-    check_single("threads");
-}
-
-#[test]
-fn mmap_brk_heap_counters_stay_zero() {
-    check_single("mmap_brk");
+exact! {
+    malloc_free => "malloc_free",
+    calloc => "calloc",
+    realloc => "realloc",
+    reallocarray => "reallocarray",
+    aligned => "aligned",
+    aligned_small => "aligned_small",
+    leak => "leak",
+    peak => "peak",
+    threads_8x100k_exact_no_loss => "threads",
+    mmap_brk_heap_counters_stay_zero => "mmap_brk",
 }
 
 #[test]
