@@ -326,6 +326,23 @@ impl FollowState {
         }
     }
 
+    /// A process exec'd: its counters so far belong to the image it left (kept in the
+    /// record); the new image starts from zero.
+    fn close_image(&mut self, pid: u32) {
+        let stats = {
+            let mut engine = self.shared.engine.lock();
+            let stats = engine.read_stats(pid).ok();
+            let _ = engine.reset_stats(pid);
+            stats
+        };
+        if let (Some(stats), Some(record)) = (stats, self.shared.registry.lock().get_mut(&pid)) {
+            record.earlier_images.push(crate::process::ImageStats {
+                command: record.command.clone(),
+                stats: crate::stats::Stats::from(&stats),
+            });
+        }
+    }
+
     /// A process just exec'd (it is stopped at the exec event): note its new command
     /// line and probe it, now if it is statically linked, else once its loader has
     /// mapped an allocator.
@@ -447,6 +464,7 @@ impl FollowState {
                             // A non-leader thread exec'd: it took over the leader's pid.
                             self.tasks.remove(&tid);
                         }
+                        self.close_image(tgid);
                         self.after_exec(tgid);
                     } else if event == Event::PTRACE_EVENT_STOP as i32
                         && matches!(

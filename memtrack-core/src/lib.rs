@@ -32,14 +32,15 @@ mod privileges;
 mod process;
 pub mod report;
 mod results;
+pub mod runner;
 mod spawn;
 mod stats;
 mod tracker;
 
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement};
-pub use process::{AllocatorStatus, TrackedProcess, monotonic_ns};
-pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
+pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
-pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder};
+pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder, TrackerControl};

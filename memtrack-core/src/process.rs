@@ -22,6 +22,16 @@ pub enum AllocatorStatus {
     },
 }
 
+/// The counters of an image a process ran before it called `execve`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageStats {
+    /// Command line of that image.
+    pub command: Vec<String>,
+    /// Its counters, from the process's start (or previous exec) to the exec. Blocks
+    /// still live then were released by the exec, and stay live here.
+    pub stats: Stats,
+}
+
 /// One tracked process and its counters.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrackedProcess {
@@ -45,8 +55,12 @@ pub struct TrackedProcess {
     pub allocator: AllocatorStatus,
     /// The probes attached to it.
     pub probes: Vec<ProbeInfo>,
-    /// Its counters.
+    /// Its counters, for the image it ran last (from its exec).
     pub stats: Stats,
+    /// The images it ran before its last exec, oldest first (e.g. a shell's child
+    /// between fork and exec), each with its own counters: nothing is lost, nothing
+    /// is mixed into the last image's numbers.
+    pub earlier_images: Vec<ImageStats>,
 }
 
 /// The follower's record of a process.
@@ -64,6 +78,8 @@ pub(crate) struct ProcessRecord {
     pub probes: Vec<ProbeInfo>,
     /// Counters captured when it exited (its map entries are then released).
     pub final_stats: Option<PidStats>,
+    /// Images run before the last exec.
+    pub earlier_images: Vec<ImageStats>,
 }
 
 impl ProcessRecord {
@@ -82,6 +98,7 @@ impl ProcessRecord {
             },
             probes: Vec::new(),
             final_stats: None,
+            earlier_images: Vec::new(),
         }
     }
 
@@ -98,6 +115,7 @@ impl ProcessRecord {
             allocator: self.allocator.clone(),
             probes: self.probes.clone(),
             stats,
+            earlier_images: self.earlier_images.clone(),
         }
     }
 }

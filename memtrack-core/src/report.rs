@@ -50,9 +50,24 @@ struct JsonReport<'a> {
     benchmarks: &'a [BenchmarkReport],
 }
 
+/// Every benchmark region of every result, in pid order then region order.
+pub fn benchmarks_of(results: &[MemtrackResult]) -> Vec<BenchmarkReport> {
+    results
+        .iter()
+        .flat_map(|r| {
+            r.benchmarks.iter().map(|b| BenchmarkReport {
+                uri: b.uri.clone(),
+                pid: r.pid,
+                stats: b.stats.clone(),
+            })
+        })
+        .collect()
+}
+
 /// The JSON report: `{"processes": [{pid, ppid, command, stats, ..}], "benchmarks":
 /// [{uri, pid, stats}]}`, with `stats` using [`Stats`]'s field names.
-pub fn render_json(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -> String {
+pub fn render_json(results: &[MemtrackResult]) -> String {
+    let benchmarks = benchmarks_of(results);
     let report = JsonReport {
         processes: results
             .iter()
@@ -66,7 +81,7 @@ pub fn render_json(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -
                 stats: &r.stats,
             })
             .collect(),
-        benchmarks,
+        benchmarks: &benchmarks,
     };
     serde_json::to_string_pretty(&report).expect("reports always serialise")
 }
@@ -155,7 +170,8 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
 }
 
 /// The human report: one block per process, then one per benchmark.
-pub fn render_text(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -> String {
+pub fn render_text(results: &[MemtrackResult]) -> String {
+    let benchmarks = benchmarks_of(results);
     let mut out = String::new();
     for r in results {
         let exit = match (r.exit_code, r.exit_signal) {
@@ -169,6 +185,15 @@ pub fn render_text(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -
             r.ppid,
             r.command.join(" ")
         ));
+        for image in &r.earlier_images {
+            out.push_str(&format!(
+                "  before exec, as {}: {} blocks, {} allocated, {} live at exec\n",
+                image.command.join(" "),
+                image.stats.alloc_calls,
+                bytes(image.stats.bytes_allocated),
+                bytes(image.stats.live_bytes)
+            ));
+        }
         match &r.allocator {
             AllocatorStatus::Probed => out.push_str(&stats_lines(&r.stats, "  ")),
             AllocatorStatus::NotRecognised { reason } => {
@@ -178,7 +203,7 @@ pub fn render_text(results: &[MemtrackResult], benchmarks: &[BenchmarkReport]) -
             }
         }
     }
-    for b in benchmarks {
+    for b in &benchmarks {
         out.push_str(&format!("benchmark {} (process {})\n", b.uri, b.pid));
         out.push_str(&stats_lines(&b.stats, "  "));
     }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     error::{Error, Result},
     loader::ProbeInfo,
-    process::{AllocatorStatus, TrackedProcess},
+    process::{AllocatorStatus, ImageStats, TrackedProcess},
     stats::Stats,
 };
 
@@ -52,7 +52,24 @@ pub struct MemtrackResult {
     pub allocator: AllocatorStatus,
     /// What was probed.
     pub probes: Vec<ProbeInfo>,
-    /// The counters.
+    /// The counters. When an integration marked benchmark regions, only the regions
+    /// were counted and this is their sum.
+    pub stats: Stats,
+    /// Images the process ran before its last exec, with their own counters.
+    #[serde(default)]
+    pub earlier_images: Vec<ImageStats>,
+    /// The benchmark regions counted in this process, in order (empty when no
+    /// integration marked any).
+    #[serde(default)]
+    pub benchmarks: Vec<BenchmarkStats>,
+}
+
+/// One benchmark region's counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BenchmarkStats {
+    /// The benchmark's uri, as the integration named it.
+    pub uri: String,
+    /// Calls made inside the region only.
     pub stats: Stats,
 }
 
@@ -78,6 +95,8 @@ impl MemtrackResult {
             allocator: p.allocator.clone(),
             probes: p.probes.clone(),
             stats: p.stats.clone(),
+            earlier_images: p.earlier_images.clone(),
+            benchmarks: Vec::new(),
         }
     }
 
@@ -200,6 +219,11 @@ mod tests {
                 functions,
                 ..Stats::default()
             },
+            earlier_images: vec![],
+            benchmarks: vec![BenchmarkStats {
+                uri: "bench::one".into(),
+                stats: Stats::default(),
+            }],
         }
     }
 

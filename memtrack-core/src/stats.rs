@@ -190,6 +190,52 @@ impl From<&PidStats> for Stats {
 }
 
 impl Stats {
+    /// Adds `other`'s counters to these, as if both had been counted together one after
+    /// the other (several benchmark regions of one process): counts, bytes, live blocks,
+    /// functions and histogram add up; the peak is the higher one (with its time).
+    pub fn merge(&mut self, other: &Stats) {
+        self.alloc_calls += other.alloc_calls;
+        self.free_calls += other.free_calls;
+        self.bytes_allocated += other.bytes_allocated;
+        self.bytes_freed += other.bytes_freed;
+        self.live_blocks += other.live_blocks;
+        self.live_bytes += other.live_bytes;
+        if other.peak_live_bytes > self.peak_live_bytes {
+            self.peak_live_bytes = other.peak_live_bytes;
+            self.peak_time_ns = other.peak_time_ns;
+        }
+        self.failed_allocs += other.failed_allocs;
+        self.unmatched_frees += other.unmatched_frees;
+        self.lost_events += other.lost_events;
+        let (a, b) = (&mut self.syscalls, &other.syscalls);
+        a.mmap_calls += b.mmap_calls;
+        a.mmap_bytes += b.mmap_bytes;
+        a.munmap_calls += b.munmap_calls;
+        a.munmap_bytes += b.munmap_bytes;
+        a.brk_calls += b.brk_calls;
+        a.brk_grown_bytes += b.brk_grown_bytes;
+        a.brk_shrunk_bytes += b.brk_shrunk_bytes;
+        for (name, f) in &other.functions {
+            let mine = self.functions.entry(name.clone()).or_default();
+            mine.calls += f.calls;
+            mine.failures += f.failures;
+            mine.bytes += f.bytes;
+            mine.grows += f.grows;
+            mine.shrinks += f.shrinks;
+        }
+        for bucket in &other.size_histogram {
+            match self
+                .size_histogram
+                .iter_mut()
+                .find(|b| b.min_bytes == bucket.min_bytes)
+            {
+                Some(mine) => mine.blocks += bucket.blocks,
+                None => self.size_histogram.push(bucket.clone()),
+            }
+        }
+        self.size_histogram.sort_by_key(|b| b.min_bytes);
+    }
+
     /// The counters of one function, if it was called.
     pub fn function(&self, name: &str) -> Option<&FunctionStats> {
         self.functions.get(name)
@@ -270,6 +316,37 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn merge_adds_counts_and_keeps_the_higher_peak() {
+        let mut a = PidStats::ZERO;
+        a.alloc_calls = 2;
+        a.bytes_allocated = 200;
+        a.peak_live_bytes = 150;
+        a.peak_time_ns = 5;
+        a.funcs[0].calls = 2;
+        a.size_histogram[8] = 2;
+        let mut b = PidStats::ZERO;
+        b.alloc_calls = 1;
+        b.bytes_allocated = 50;
+        b.peak_live_bytes = 50;
+        b.peak_time_ns = 9;
+        b.funcs[0].calls = 1;
+        b.funcs[4].calls = 3;
+        b.size_histogram[6] = 1;
+        let mut merged = Stats::from(&a);
+        merged.merge(&Stats::from(&b));
+        assert_eq!((merged.alloc_calls, merged.bytes_allocated), (3, 250));
+        assert_eq!((merged.peak_live_bytes, merged.peak_time_ns), (150, 5));
+        assert_eq!(merged.function("malloc").unwrap().calls, 3);
+        assert_eq!(merged.function("free").unwrap().calls, 3);
+        let buckets: Vec<(u64, u64)> = merged
+            .size_histogram
+            .iter()
+            .map(|b| (b.min_bytes, b.blocks))
+            .collect();
+        assert_eq!(buckets, vec![(32, 1), (128, 2)]);
     }
 
     #[test]

@@ -194,6 +194,74 @@ impl TrackerBuilder {
     }
 }
 
+/// A cheap, cloneable handle to a tracker's per-process controls, usable from another
+/// thread while the tracker waits (the runner's FIFO handler uses it to count only
+/// inside benchmark regions).
+#[derive(Clone)]
+pub struct TrackerControl {
+    shared: Arc<Shared>,
+}
+
+impl TrackerControl {
+    /// Turns counting on or off for one tracked process (all its threads).
+    pub fn set_process_enabled(&self, pid: u32, enabled: bool) -> Result<()> {
+        let mut engine = self.shared.engine.lock();
+        engine.set_state(
+            pid,
+            TrackState {
+                enabled: enabled as u32,
+                tid: 0,
+            },
+        )
+    }
+
+    /// Turns counting on or off for every tracked process, and for processes that
+    /// start later.
+    pub fn set_all_enabled(&self, enabled: bool) -> Result<()> {
+        self.shared.enabled.store(enabled, Ordering::SeqCst);
+        let mut engine = self.shared.engine.lock();
+        let registry = self.shared.registry.lock();
+        for record in registry.values().filter(|r| r.ended_ns.is_none()) {
+            engine.set_state(
+                record.pid,
+                TrackState {
+                    enabled: enabled as u32,
+                    tid: 0,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes one process's counters and forgets its live blocks.
+    pub fn reset_process(&self, pid: u32) -> Result<()> {
+        let mut registry = self.shared.registry.lock();
+        if let Some(record) = registry.get_mut(&pid)
+            && record.final_stats.is_some()
+        {
+            record.final_stats = Some(PidStats::ZERO);
+            return Ok(());
+        }
+        drop(registry);
+        self.shared.engine.lock().reset_stats(pid)
+    }
+
+    /// One process's counters now (or when it exited).
+    pub fn process_stats(&self, pid: u32) -> Result<Stats> {
+        if let Some(record) = self.shared.registry.lock().get(&pid)
+            && let Some(stats) = record.final_stats
+        {
+            return Ok(Stats::from(&stats));
+        }
+        Ok(Stats::from(&self.shared.engine.lock().read_stats(pid)?))
+    }
+
+    /// Every tracked process, as in [`Tracker::collect_processes`].
+    pub fn processes(&self) -> Vec<u32> {
+        self.shared.registry.lock().keys().copied().collect()
+    }
+}
+
 /// Counts the heap allocations of a process, in the kernel, exactly.
 ///
 /// ```no_run
@@ -226,6 +294,13 @@ impl Tracker {
     /// Configure a tracker: scope, map size, another process or a command.
     pub fn builder() -> TrackerBuilder {
         TrackerBuilder::default()
+    }
+
+    /// A handle to per-process controls, for another thread.
+    pub fn control(&self) -> TrackerControl {
+        TrackerControl {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The pid of the tracked (root) process.

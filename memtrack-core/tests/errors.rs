@@ -90,10 +90,8 @@ fn static_binary_without_symbols_is_reported_not_counted_as_zero() {
         }
         other => panic!("expected NotRecognised, got {other:?}"),
     }
-    let report = memtrack::report::render_text(
-        &[memtrack::MemtrackResult::from_process(&processes[0])],
-        &[],
-    );
+    let report =
+        memtrack::report::render_text(&[memtrack::MemtrackResult::from_process(&processes[0])]);
     assert!(report.contains("allocator not recognised"), "{report}");
 }
 

@@ -11,7 +11,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use memtrack::{CommandSpec, Error, MemtrackResult, Tracker, report};
+use memtrack::{CommandSpec, Error, MemtrackResult, report, runner::RunOptions};
 
 #[derive(Parser)]
 #[command(
@@ -70,9 +70,9 @@ fn main() -> ExitCode {
 
 fn print_report(results: &[MemtrackResult], json: bool) {
     if json {
-        println!("{}", report::render_json(results, &[]));
+        println!("{}", report::render_json(results));
     } else {
-        print!("{}", report::render_text(results, &[]));
+        print!("{}", report::render_text(results));
     }
 }
 
@@ -86,22 +86,16 @@ fn sudo_identity() -> Option<(u32, u32)> {
     Some((uid, gid))
 }
 
-fn default_output_dir() -> PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    std::env::temp_dir().join(format!("memtrack-{stamp}-{}", std::process::id()))
-}
-
 fn run(output: Option<PathBuf>, json: bool, cmd: Vec<std::ffi::OsString>) -> ExitCode {
     let mut argv = cmd.into_iter();
     let program = argv.next().expect("clap requires the command");
-    let mut spec = CommandSpec::new(program).args(argv);
-    spec.run_as = sudo_identity();
-
-    let tracker = match Tracker::builder().spawn(spec) {
-        Ok(t) => t,
+    let spec = CommandSpec::new(program).args(argv);
+    let options = RunOptions {
+        output,
+        run_as: sudo_identity(),
+    };
+    let outcome = match memtrack::runner::run(spec, &options) {
+        Ok(outcome) => outcome,
         Err(e @ Error::CommandNotFound { .. }) => {
             eprintln!("memtrack: {e}");
             return ExitCode::from(127);
@@ -111,39 +105,18 @@ fn run(output: Option<PathBuf>, json: bool, cmd: Vec<std::ffi::OsString>) -> Exi
             return ExitCode::from(MEMTRACK_FAILURE);
         }
     };
-    let status = match tracker.wait() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("memtrack: {e}");
-            return ExitCode::from(MEMTRACK_FAILURE);
-        }
-    };
-    let processes = match tracker.collect_processes() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("memtrack: collecting results failed: {e}");
-            return ExitCode::from(MEMTRACK_FAILURE);
-        }
-    };
-    let unattributed = tracker.unattributed_lost_events();
-    drop(tracker);
-
-    let dir = output.unwrap_or_else(default_output_dir);
-    let results: Vec<MemtrackResult> = processes.iter().map(MemtrackResult::from_process).collect();
-    for result in &results {
-        if let Err(e) = result.write_to_dir(&dir) {
-            eprintln!("memtrack: {e}");
-            return ExitCode::from(MEMTRACK_FAILURE);
-        }
-    }
     eprintln!(
-        "memtrack: {} result file(s) in {}",
-        results.len(),
-        dir.display()
+        "memtrack: {} result file(s) and {} in {}",
+        outcome.results.len(),
+        fifo_protocol::MARKER_RESULT_FILE_NAME,
+        outcome.dir.display()
     );
-    if unattributed != 0 {
-        eprintln!("memtrack: {unattributed} event(s) could not be attributed to a process");
+    if outcome.unattributed_lost_events != 0 {
+        eprintln!(
+            "memtrack: {} event(s) could not be attributed to a process",
+            outcome.unattributed_lost_events
+        );
     }
-    print_report(&results, json);
-    ExitCode::from(status.shell_code().clamp(0, 255) as u8)
+    print_report(&outcome.results, json);
+    ExitCode::from(outcome.exit.shell_code().clamp(0, 255) as u8)
 }

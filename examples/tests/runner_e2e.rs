@@ -1,0 +1,196 @@
+//! `memtrack run` end to end (through `memtrack::runner::run`, what the binary calls):
+//! benchmark regions marked over the FIFO are counted exactly and none of the noise; a
+//! multi-process shell command gets one result per process with the right parents;
+//! garbage in the control FIFO is answered and measuring goes on.
+
+use std::{path::PathBuf, process::Command};
+
+use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
+
+fn privileged() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
+}
+
+/// See memtrack-core/tests/support: skip loudly, or fail when CI requires privileges.
+fn require_privileges(test: &str) -> bool {
+    use std::io::Write;
+    if privileged() {
+        return true;
+    }
+    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON");
+    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    let _ = writeln!(std::io::stderr(), "{message}");
+    false
+}
+
+fn run(spec: CommandSpec) -> (memtrack::runner::RunOutcome, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RunOptions {
+        output: Some(dir.path().to_path_buf()),
+        run_as: None,
+    };
+    (memtrack::runner::run(spec, &options).unwrap(), dir)
+}
+
+fn check_regions(outcome: &memtrack::runner::RunOutcome) {
+    assert_eq!(outcome.exit.code, Some(0));
+    let got: Vec<(&str, u64, u64, u64, u64, u64, u64, u64)> = outcome
+        .benchmarks
+        .iter()
+        .map(|b| {
+            let s = &b.stats;
+            (
+                b.uri.as_str(),
+                s.alloc_calls,
+                s.bytes_allocated,
+                s.free_calls,
+                s.bytes_freed,
+                s.live_blocks,
+                s.peak_live_bytes,
+                s.unmatched_frees + s.failed_allocs + s.lost_events,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("marked_regions::ten", 10, 1000, 10, 1000, 0, 1000, 0),
+            ("marked_regions::hundred", 100, 6400, 100, 6400, 0, 6400, 0),
+            (
+                "marked_regions::thousand",
+                1000,
+                32000,
+                0,
+                0,
+                1000,
+                32000,
+                0
+            ),
+        ],
+        "{:#?}",
+        outcome.benchmarks
+    );
+    // The process result is the sum of its regions: none of the noise.
+    assert_eq!(outcome.results.len(), 1);
+    let process = &outcome.results[0].stats;
+    assert_eq!(
+        (
+            process.alloc_calls,
+            process.bytes_allocated,
+            process.free_calls
+        ),
+        (1110, 39400, 110),
+        "{process:#?}"
+    );
+    assert_eq!(process.peak_live_bytes, 32000);
+    // Markers and spans came through.
+    assert_eq!(outcome.markers.benchmarks.len(), 3);
+    assert_eq!(outcome.markers.markers.len(), 6);
+    assert_eq!(outcome.markers.measurements.len(), 3);
+}
+
+#[test]
+fn regions_are_exact_and_noise_is_not_counted() {
+    if !require_privileges("regions_are_exact") {
+        return;
+    }
+    let (outcome, dir) = run(CommandSpec::new(env!("CARGO_BIN_EXE_marked_regions")));
+    check_regions(&outcome);
+    // Everything is in the directory too, and reads back the same.
+    let read = MemtrackResult::read_dir(dir.path()).unwrap();
+    assert_eq!(read, outcome.results);
+    let markers =
+        fifo_protocol::MarkerResult::read_from(&dir.path().join("MarkerResult.msgpack")).unwrap();
+    assert_eq!(markers, outcome.markers);
+    let json = memtrack::report::render_json(&read);
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["benchmarks"][2]["uri"], "marked_regions::thousand");
+    assert_eq!(value["benchmarks"][2]["stats"]["alloc_calls"], 1000);
+    assert_eq!(value["processes"][0]["stats"]["alloc_calls"], 1110);
+}
+
+#[test]
+fn garbage_in_the_control_fifo_is_answered_and_measuring_goes_on() {
+    if !require_privileges("garbage_in_the_control_fifo") {
+        return;
+    }
+    let (outcome, _dir) =
+        run(CommandSpec::new(env!("CARGO_BIN_EXE_marked_regions")).args(["--garbage"]));
+    check_regions(&outcome);
+}
+
+fn compile_fixture(name: &str, dir: &std::path::Path) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(format!("{name}.c"));
+    let out = dir.join(name);
+    let ok = Command::new("gcc")
+        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    out
+}
+
+#[test]
+fn shell_command_gets_one_result_per_process_with_parents() {
+    if !require_privileges("shell_command") {
+        return;
+    }
+    let bins = tempfile::tempdir().unwrap();
+    let fixture = compile_fixture("malloc_free", bins.path());
+    let script = format!("/bin/true; {} & wait", fixture.display());
+    let (outcome, dir) = run(CommandSpec::new("sh").args(["-c", &script]));
+    assert_eq!(outcome.exit.code, Some(0));
+    let results = MemtrackResult::read_dir(dir.path()).unwrap();
+    assert_eq!(results.len(), 3, "{results:#?}");
+    let shell = results
+        .iter()
+        .find(|r| r.command.first().is_some_and(|c| c == "sh"))
+        .unwrap();
+    assert_eq!(shell.ppid, std::process::id());
+    let children: Vec<&MemtrackResult> = results.iter().filter(|r| r.pid != shell.pid).collect();
+    assert!(
+        children.iter().all(|c| c.ppid == shell.pid),
+        "{children:#?}"
+    );
+    let true_child = children
+        .iter()
+        .find(|c| c.command == ["/bin/true"])
+        .expect("a result for /bin/true");
+    assert_eq!(
+        true_child.earlier_images.len(),
+        1,
+        "the shell's child before exec"
+    );
+    let fixture_child = children
+        .iter()
+        .find(|c| c.command == [fixture.display().to_string()])
+        .expect("a result for the fixture");
+    // The exec'd fixture's own numbers, exactly (the shell child's work before the exec
+    // is kept apart in earlier_images).
+    let s = &fixture_child.stats;
+    assert_eq!(
+        (
+            s.alloc_calls,
+            s.free_calls,
+            s.bytes_allocated,
+            s.bytes_freed,
+            s.failed_allocs
+        ),
+        (11, 11, 271_036, 271_036, 1),
+        "{s:#?}"
+    );
+    assert_eq!((s.live_blocks, s.unmatched_frees, s.lost_events), (0, 0, 0));
+}

@@ -1,0 +1,255 @@
+//! `memtrack run`: tracks a command and its descendants, serves the FIFO protocol so
+//! integrations inside the command can mark benchmark regions, and writes the results.
+//!
+//! Without an integration the whole command is counted. Once an integration sends its
+//! first `StartBenchmark`, counting is on only inside regions: everything counted before
+//! is discarded, each region is counted for the process named by the last
+//! `CurrentBenchmark`, and reported under that benchmark's uri. A process's own result
+//! is then the sum of its regions ([`Stats::merge`]).
+//!
+//! Exactness inside regions rests on two orderings: the runner enables counting before
+//! it answers `StartBenchmark`, and the integration's client sends `StopBenchmark`
+//! without allocating (fifo-protocol's `FifoClient` guarantees both ends).
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicI32, Ordering},
+};
+
+use fifo_protocol::{Command, FifoRunner, IntegrationMode, MarkerResult, Reply};
+
+use crate::{
+    error::{Error, Result},
+    report::BenchmarkReport,
+    results::{BenchmarkStats, MemtrackResult},
+    spawn::CommandSpec,
+    stats::Stats,
+    tracker::{ExitStatus, Tracker, TrackerControl},
+};
+
+/// How `memtrack run` runs a command.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Where to write the result files (None: a new directory under the temp dir).
+    pub output: Option<PathBuf>,
+    /// Run the command as this (uid, gid), e.g. the invoking user of sudo.
+    pub run_as: Option<(u32, u32)>,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// How the command exited.
+    pub exit: ExitStatus,
+    /// One result per tracked process, ordered by pid (also written to `dir`).
+    pub results: Vec<MemtrackResult>,
+    /// One entry per benchmark region, in order.
+    pub benchmarks: Vec<BenchmarkReport>,
+    /// What the integrations sent (also written to `dir` as `MarkerResult.msgpack`).
+    pub markers: MarkerResult,
+    /// The results directory.
+    pub dir: PathBuf,
+    /// Events no process could be charged with (0: none lost).
+    pub unattributed_lost_events: u64,
+}
+
+/// The pid signals are forwarded to (0: none yet).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // A terminal's Ctrl-C already reached the command (same process group); forward
+    // only signals sent to memtrack by another process (kill), so none arrives twice.
+    // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
+    let from_process = unsafe { (*info).si_code } == libc::SI_USER;
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if from_process && pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Keeps memtrack alive through SIGINT/SIGTERM/SIGHUP (forwarding them to the command),
+/// so the results collected so far are still written when the command dies of them.
+fn install_signal_forwarding() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installing a handler that only makes async-signal-safe calls; handlers
+        // (unlike SIG_IGN) reset to the default across the command's exec.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = forward_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The FIFO handler of the memory mode: counts only inside benchmark regions once an
+/// integration marks any.
+struct MemoryHandler {
+    control: TrackerControl,
+    /// The last `CurrentBenchmark`: (pid, uri).
+    current: Option<(u32, String)>,
+    /// The region being counted: (pid, uri).
+    open: Option<(u32, String)>,
+    regions_seen: bool,
+    benchmarks: Vec<BenchmarkReport>,
+    /// Per process, the sum of its closed regions.
+    per_process: HashMap<u32, Stats>,
+}
+
+impl MemoryHandler {
+    fn refuse(message: impl Into<String>) -> Option<Reply> {
+        Some(Reply::Err {
+            message: message.into(),
+        })
+    }
+
+    fn start(&mut self) -> Result<Option<Reply>> {
+        if self.open.is_some() {
+            return Ok(None); // the shared handling answers: a region is already open
+        }
+        let Some((pid, uri)) = self.current.clone() else {
+            return Ok(Self::refuse(
+                "StartBenchmark needs a CurrentBenchmark { pid, uri } first",
+            ));
+        };
+        if !self.regions_seen {
+            // From now on only regions count: drop what the whole-command mode counted.
+            self.regions_seen = true;
+            self.control.set_all_enabled(false)?;
+            for p in self.control.processes() {
+                self.control.reset_process(p)?;
+            }
+        }
+        self.control.reset_process(pid)?;
+        self.control.set_process_enabled(pid, true)?;
+        self.open = Some((pid, uri));
+        Ok(None)
+    }
+
+    fn stop(&mut self) -> Result<Option<Reply>> {
+        let Some((pid, uri)) = self.open.take() else {
+            return Ok(None); // the shared handling answers: no region is open
+        };
+        self.control.set_process_enabled(pid, false)?;
+        let stats = self.control.process_stats(pid)?;
+        self.control.reset_process(pid)?;
+        self.per_process.entry(pid).or_default().merge(&stats);
+        self.benchmarks.push(BenchmarkReport { uri, pid, stats });
+        Ok(None)
+    }
+}
+
+impl fifo_protocol::Handler for MemoryHandler {
+    fn handle(&mut self, cmd: &Command) -> Option<Reply> {
+        let outcome = match cmd {
+            Command::CurrentBenchmark { pid, uri } => {
+                self.current = Some((*pid, uri.clone()));
+                Ok(None)
+            }
+            Command::StartBenchmark => self.start(),
+            Command::StopBenchmark => self.stop(),
+            _ => Ok(None),
+        };
+        outcome.unwrap_or_else(|e| Self::refuse(format!("memtrack: {e}")))
+    }
+}
+
+fn default_output_dir() -> PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("memtrack-{stamp}-{}", std::process::id()))
+}
+
+/// Runs `spec` to completion under the tracker, serving the FIFO protocol, and writes
+/// `{pid}.MemtrackResult.msgpack` per process and `MarkerResult.msgpack` to the output
+/// directory. Progress goes to stderr.
+pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
+    let fifo = FifoRunner::new(IntegrationMode::Memory).map_err(|e| Error::Spawn {
+        command: spec.program.to_string_lossy().into_owned(),
+        reason: format!("cannot create the FIFO directory: {e}"),
+    })?;
+    if let Some((uid, gid)) = options.run_as {
+        fifo.set_owner(uid, gid).map_err(|e| Error::Spawn {
+            command: spec.program.to_string_lossy().into_owned(),
+            reason: format!("cannot hand the FIFO directory to uid {uid}: {e}"),
+        })?;
+        spec.run_as = Some((uid, gid));
+    }
+    let (name, value) = fifo.env_var();
+    spec.env.push((name.into(), Some(value)));
+
+    install_signal_forwarding();
+    let tracker = Tracker::builder().spawn(spec)?;
+    FORWARD_TO.store(tracker.pid() as i32, Ordering::SeqCst);
+    let handler = MemoryHandler {
+        control: tracker.control(),
+        current: None,
+        open: None,
+        regions_seen: false,
+        benchmarks: Vec::new(),
+        per_process: HashMap::new(),
+    };
+    let mut fifo = fifo;
+    fifo.set_logger(|line| eprintln!("memtrack: fifo: {line}"));
+    let serving = fifo.spawn(handler).map_err(|e| Error::Spawn {
+        command: "the FIFO server".into(),
+        reason: e.to_string(),
+    })?;
+
+    let exit = tracker.wait();
+    FORWARD_TO.store(0, Ordering::SeqCst);
+    let (markers, handler) = serving.stop().map_err(|e| Error::Spawn {
+        command: "the FIFO server".into(),
+        reason: e.to_string(),
+    })?;
+    let exit = exit?;
+    let mut processes = tracker.collect_processes()?;
+    if handler.regions_seen {
+        for p in &mut processes {
+            let mut total = handler.per_process.get(&p.pid).cloned().unwrap_or_default();
+            total.merge(&p.stats);
+            p.stats = total;
+        }
+    }
+    let unattributed_lost_events = tracker.unattributed_lost_events();
+    drop(tracker);
+
+    let dir = options.output.clone().unwrap_or_else(default_output_dir);
+    let mut results: Vec<MemtrackResult> =
+        processes.iter().map(MemtrackResult::from_process).collect();
+    for bench in &handler.benchmarks {
+        if let Some(r) = results.iter_mut().find(|r| r.pid == bench.pid) {
+            r.benchmarks.push(BenchmarkStats {
+                uri: bench.uri.clone(),
+                stats: bench.stats.clone(),
+            });
+        }
+    }
+    write_all(&dir, &results, &markers)?;
+    Ok(RunOutcome {
+        exit,
+        results,
+        benchmarks: handler.benchmarks,
+        markers,
+        dir,
+        unattributed_lost_events,
+    })
+}
+
+fn write_all(dir: &Path, results: &[MemtrackResult], markers: &MarkerResult) -> Result<()> {
+    for result in results {
+        result.write_to_dir(dir)?;
+    }
+    markers.write_to_dir(dir).map_err(|e| Error::ResultFile {
+        path: dir.join(fifo_protocol::MARKER_RESULT_FILE_NAME),
+        reason: e.to_string(),
+    })?;
+    Ok(())
+}
