@@ -40,9 +40,13 @@ fn run(spec: CommandSpec) -> (memtrack::runner::RunOutcome, tempfile::TempDir) {
     (memtrack::runner::run(spec, &options).unwrap(), dir)
 }
 
+/// (uri, alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks,
+/// peak_live_bytes, unmatched + failed + lost)
+type Row<'a> = (&'a str, u64, u64, u64, u64, u64, u64, u64);
+
 fn check_regions(outcome: &memtrack::runner::RunOutcome) {
     assert_eq!(outcome.exit.code, Some(0));
-    let got: Vec<(&str, u64, u64, u64, u64, u64, u64, u64)> = outcome
+    let got: Vec<Row> = outcome
         .benchmarks
         .iter()
         .map(|b| {
