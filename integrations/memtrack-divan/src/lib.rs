@@ -1,0 +1,1 @@
+//! memtrack for divan.
