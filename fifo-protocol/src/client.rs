@@ -9,9 +9,17 @@
 //! in front of its command (in the same `write`) so that it can skip replies that were
 //! meant for an exchange that timed out. A reply thus always reaches the exchange whose
 //! command it answers.
+//!
+//! It also runs *inside the measurement*: memtrack counts every heap allocation and free of
+//! the benchmarked process between the runner's handling of `StartBenchmark` and of
+//! `StopBenchmark`. So an exchange of a small command neither allocates nor frees: frames
+//! are encoded into, and replies read into, buffers the client allocated when it connected
+//! (see [`FifoClient::start_benchmark`]).
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -20,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
-use crate::frame::{self, MAX_FRAME_LEN};
+use crate::frame::{self, HEADER_LEN};
 use crate::message::{Command, IntegrationMode, Marker, PROTOCOL_VERSION, Reply};
 use crate::runner::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 use crate::sys;
@@ -28,11 +36,24 @@ use crate::sys;
 /// Default time one exchange (lock, write, reply) may take before giving up (5 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Bytes reserved at connect time for the outgoing frames of one exchange. `Sync` plus
+/// `StartBenchmark`, `StopBenchmark` or `AddMarker` take under 100; only a longer command
+/// (a long benchmark URI, say) makes the buffer grow, once, outside any benchmark region.
+const TX_RESERVE: usize = 512;
+
+/// Bytes of the receive buffer allocated at connect time. Every reply but a long
+/// [`Reply::Err`] fits; only such an error makes it grow.
+const RX_RESERVE: usize = 256;
+
 /// The integration's connection to a runner.
 ///
 /// A client inherited through `fork()` notices it and reopens the FIFOs in the child on
 /// its next exchange, so forked benchmark workers can keep using it.
-#[derive(Debug)]
+///
+/// Exchanges of the small commands ([`start_benchmark`](Self::start_benchmark),
+/// [`stop_benchmark`](Self::stop_benchmark), [`add_marker`](Self::add_marker),
+/// [`ping`](Self::ping), ...) allocate and free no heap memory; see
+/// [`start_benchmark`](Self::start_benchmark).
 pub struct FifoClient {
     dir: PathBuf,
     control_path: PathBuf,
@@ -46,6 +67,22 @@ pub struct FifoClient {
     timeout: Duration,
     /// Process that opened the descriptors; a forked child reopens them (see `exchange`).
     opened_by: u32,
+    /// The outgoing frames of the current exchange (`Sync`, then the command). Reserved
+    /// with [`TX_RESERVE`] bytes at connect time and never shrunk or replaced.
+    tx: Vec<u8>,
+    /// The reply frame being read: [`RX_RESERVE`] bytes from connect time, grown (never
+    /// shrunk or replaced) only for a longer reply.
+    rx: Vec<u8>,
+}
+
+impl fmt::Debug for FifoClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FifoClient")
+            .field("dir", &self.dir)
+            .field("timeout", &self.timeout)
+            .field("opened_by", &self.opened_by)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FifoClient {
@@ -53,6 +90,11 @@ impl FifoClient {
     ///
     /// Returns `None` when the variable is unset or empty, i.e. when the process is not
     /// running under a runner and the integration should do nothing.
+    ///
+    /// When the runner runs the command as another user than itself (root running it as
+    /// `SUDO_UID`), it must have handed the directory to that user with
+    /// [`FifoRunner::set_owner`](crate::FifoRunner::set_owner); otherwise this returns
+    /// [`Error::Io`] (permission denied) naming the directory.
     pub fn from_env() -> Option<Result<FifoClient>> {
         let dir = std::env::var_os(FIFO_DIR_ENV).filter(|v| !v.is_empty())?;
         Some(FifoClient::connect(dir))
@@ -71,34 +113,7 @@ impl FifoClient {
         let control_path = dir.join(CONTROL_FIFO_NAME);
         let ack_path = dir.join(ACK_FIFO_NAME);
 
-        let lock = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(&dir)
-            .map_err(|e| Error::io("open FIFO directory", &dir, e))?;
-        // Open the read end first: the open of the write end below is what detects a
-        // missing runner, and a FIFO without any reader makes it fail with ENXIO.
-        let ack = open_fifo(&ack_path, false, "open ack FIFO")?;
-        let control = match open_fifo(&control_path, true, "open control FIFO") {
-            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => {
-                return Err(Error::NoRunner {
-                    path: control_path,
-                    reason: "nothing has the control FIFO open for reading",
-                });
-            }
-            other => other?,
-        };
-        for (file, path) in [(&control, &control_path), (&ack, &ack_path)] {
-            let meta = file
-                .metadata()
-                .map_err(|e| Error::io("inspect", path.as_path(), e))?;
-            if !meta.file_type().is_fifo() {
-                return Err(Error::NoRunner {
-                    path: path.clone(),
-                    reason: "the path exists but is not a FIFO",
-                });
-            }
-        }
+        let (lock, control, ack) = open_fifos(&dir, &control_path, &ack_path)?;
         Ok(FifoClient {
             dir,
             control_path,
@@ -108,6 +123,8 @@ impl FifoClient {
             ack,
             timeout: DEFAULT_TIMEOUT,
             opened_by: std::process::id(),
+            tx: Vec::with_capacity(TX_RESERVE),
+            rx: vec![0; RX_RESERVE],
         })
     }
 
@@ -144,9 +161,12 @@ impl FifoClient {
     /// [`Error::Timeout`] if the runner does not answer within the timeout,
     /// [`Error::NoRunner`] if it is gone, [`Error::Io`] on other I/O failures, and the
     /// codec errors of [`frame`](crate::frame) for a malformed reply.
+    ///
+    /// Allocates nothing as long as the encoded command fits the client's send buffer
+    /// (512 bytes, grown once if a longer command comes along) and the reply is not a long
+    /// [`Reply::Err`] or otherwise owns heap memory.
     pub fn send(&mut self, cmd: &Command) -> Result<Reply> {
-        let frame = frame::encode_frame(cmd)?;
-        self.exchange(&frame)
+        self.exchange(|tx| frame::encode_frame_into(tx, cmd))
     }
 
     /// Writes `bytes` to the control FIFO verbatim (after the usual [`Command::Sync`]
@@ -157,7 +177,10 @@ impl FifoClient {
     /// # Errors
     /// As [`send`](Self::send).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<Reply> {
-        self.exchange(bytes)
+        self.exchange(|tx| {
+            tx.extend_from_slice(bytes);
+            Ok(())
+        })
     }
 
     /// Announces [`PROTOCOL_VERSION`].
@@ -191,7 +214,24 @@ impl FifoClient {
         })
     }
 
-    /// Asks the runner to start measuring.
+    /// Asks the runner to start measuring, and returns once it has.
+    ///
+    /// # Allocation-free
+    ///
+    /// On success this call performs no heap allocation and no free (zero calls to
+    /// `malloc`, `free`, `realloc` or their kin on the calling thread), from entry to
+    /// return. That matters because the runner enables allocation counting for this
+    /// process when it *handles* the command, before it replies: everything the client
+    /// does afterwards (reading and decoding the `Ack`, releasing the lock, returning)
+    /// runs inside the measured region and would otherwise be counted as the benchmark's
+    /// own allocations. The frames are encoded into a send buffer, and the replies read
+    /// into a receive buffer, that the client allocated in [`connect`](Self::connect) and
+    /// never frees or replaces while connected; no block allocated earlier is freed either.
+    ///
+    /// Error paths (timeouts, a vanished runner, a refusal) may allocate to describe the
+    /// error; the measurement is wrong then anyway. A client inherited through `fork()`
+    /// reopens its FIFOs on its first exchange in the child, without allocating unless the
+    /// FIFO paths exceed a few hundred bytes.
     ///
     /// # Errors
     /// As [`send`](Self::send), plus [`Error::Rejected`] (e.g. already started).
@@ -199,7 +239,17 @@ impl FifoClient {
         self.expect_ack(&Command::StartBenchmark)
     }
 
-    /// Asks the runner to stop measuring.
+    /// Asks the runner to stop measuring, and returns once it has.
+    ///
+    /// # Allocation-free
+    ///
+    /// On success this call performs no heap allocation and no free on the calling thread,
+    /// from entry to return. Until the runner has handled the command (it disables
+    /// allocation counting before replying), the process is still being measured: the
+    /// encoding of the `StopBenchmark` frame, the lock, the write and the wait for the
+    /// reply all run inside the region and would otherwise be counted. As for
+    /// [`start_benchmark`](Self::start_benchmark), the client works only in the buffers
+    /// it allocated in [`connect`](Self::connect); error paths may allocate.
     ///
     /// # Errors
     /// As [`send`](Self::send), plus [`Error::Rejected`] (e.g. not started).
@@ -208,6 +258,9 @@ impl FifoClient {
     }
 
     /// Records `marker` as emitted by this process.
+    ///
+    /// Allocation-free like [`start_benchmark`](Self::start_benchmark), since sample
+    /// markers are sent inside benchmark regions.
     ///
     /// # Errors
     /// As [`send`](Self::send), plus [`Error::Rejected`].
@@ -245,24 +298,35 @@ impl FifoClient {
         }
     }
 
-    /// Lock, clear stale replies, write `Sync` and `bytes` at once, skip replies up to the
-    /// matching `Synced`, read one reply, unlock.
-    fn exchange(&mut self, bytes: &[u8]) -> Result<Reply> {
+    /// Lock, clear stale replies, write `Sync` and the command at once, skip replies up to
+    /// the matching `Synced`, read one reply, unlock.
+    ///
+    /// `encode_command` appends the command's bytes to the send buffer, after the `Sync`
+    /// frame. Nothing here allocates while the frames fit the buffers (see
+    /// [`start_benchmark`](Self::start_benchmark)).
+    fn exchange(
+        &mut self,
+        encode_command: impl FnOnce(&mut Vec<u8>) -> Result<()>,
+    ) -> Result<Reply> {
         if self.opened_by != std::process::id() {
             // Forked: the descriptors, and with them the flock, are shared with the parent,
-            // which would defeat the lock. Open our own.
-            let timeout = self.timeout;
-            *self = FifoClient::connect(self.dir.clone())?.with_timeout(timeout);
+            // which would defeat the lock. Open our own, keeping the buffers.
+            let (lock, control, ack) = open_fifos(&self.dir, &self.control_path, &self.ack_path)?;
+            self.lock = lock;
+            self.control = control;
+            self.ack = ack;
+            self.opened_by = std::process::id();
         }
         let deadline = Instant::now() + self.timeout;
         let nonce = next_nonce();
-        let mut out = frame::encode_frame(&Command::Sync { nonce })?;
-        out.extend_from_slice(bytes);
+        self.tx.clear();
+        frame::encode_frame_into(&mut self.tx, &Command::Sync { nonce })?;
+        encode_command(&mut self.tx)?;
 
         self.lock(deadline)?;
         let result = self
             .discard_stale_replies()
-            .and_then(|()| self.write_all(&out, deadline))
+            .and_then(|()| self.write_tx(deadline))
             .and_then(|()| {
                 // Replies before our `Synced` answer frames written before ours (by a
                 // client that gave up waiting, or a stray writer): not ours.
@@ -328,17 +392,17 @@ impl FifoClient {
         }
     }
 
-    fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<()> {
+    /// Writes the send buffer to the control FIFO.
+    fn write_tx(&self, deadline: Instant) -> Result<()> {
         let mut written = 0;
-        while written < bytes.len() {
-            match sys::write_no_sigpipe(self.control.as_fd(), &bytes[written..]) {
+        while written < self.tx.len() {
+            match sys::write_no_sigpipe(self.control.as_fd(), &self.tx[written..]) {
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        let path = self.control_path.clone();
-                        return Err(self.timeout_error("write a command", &path));
+                        return Err(self.timeout_error("write a command", &self.control_path));
                     }
                     let mut fds = [sys::PollFd::new(self.control.as_fd(), libc::POLLOUT)];
                     sys::poll(&mut fds, Some(left))
@@ -356,45 +420,45 @@ impl FifoClient {
         Ok(())
     }
 
+    /// Reads one reply frame into the receive buffer and decodes it.
+    ///
+    /// Reads no further than the end of the frame, so that a reply is never confused with
+    /// what follows it.
     fn read_reply(&mut self, deadline: Instant) -> Result<Reply> {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some((body, _)) = frame::split_frame(&buf)? {
-                return frame::decode_body(body);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let path = self.ack_path.clone();
-                return Err(self.timeout_error("receive the reply", &path));
-            }
-            let mut fds = [sys::PollFd::new(self.ack.as_fd(), libc::POLLIN)];
-            sys::poll(&mut fds, Some(left))
-                .map_err(|e| Error::io("wait for a reply on", &self.ack_path, e))?;
-            if fds[0].revents == 0 {
-                continue;
-            }
-            // Read no further than the end of the header or body being collected, so that
-            // a reply is never confused with what follows it.
-            let want = match buf.first_chunk::<{ frame::HEADER_LEN }>() {
-                None => frame::HEADER_LEN - buf.len(),
-                Some(h) => {
-                    frame::HEADER_LEN + u32::from_le_bytes(*h).min(MAX_FRAME_LEN) as usize
-                        - buf.len()
-                }
-            };
-            let want = want.min(chunk.len());
-            match (&self.ack).read(&mut chunk[..want]) {
+        self.fill_rx(0..HEADER_LEN, deadline)?;
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&self.rx[..HEADER_LEN]);
+        let end = HEADER_LEN + frame::body_len(header)?;
+        if self.rx.len() < end {
+            // Only a reply longer than any the success paths expect (a long `Err`) grows
+            // the buffer; it keeps the new size.
+            self.rx.resize(end, 0);
+        }
+        self.fill_rx(HEADER_LEN..end, deadline)?;
+        frame::decode_body(&self.rx[HEADER_LEN..end])
+    }
+
+    /// Fills `self.rx[range]` from the ack FIFO, waiting for bytes until `deadline`.
+    fn fill_rx(&mut self, range: Range<usize>, deadline: Instant) -> Result<()> {
+        let Range { start: mut at, end } = range;
+        while at < end {
+            match (&self.ack).read(&mut self.rx[at..end]) {
                 Ok(0) => return Err(self.runner_gone()),
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) => {}
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(self.timeout_error("receive the reply", &self.ack_path));
+                    }
+                    let mut fds = [sys::PollFd::new(self.ack.as_fd(), libc::POLLIN)];
+                    sys::poll(&mut fds, Some(left))
+                        .map_err(|e| Error::io("wait for a reply on", &self.ack_path, e))?;
+                }
                 Err(e) => return Err(Error::io("read a reply from", &self.ack_path, e)),
             }
         }
+        Ok(())
     }
 }
 
@@ -420,6 +484,41 @@ fn reply_error(cmd: &Command, reply: Reply) -> Error {
             reply: other,
         },
     }
+}
+
+/// Opens the FIFO directory (for its lock), the ack FIFO and the control FIFO, in that
+/// order, and checks that both FIFOs are FIFOs. Returns `(lock, control, ack)`.
+///
+/// Allocates nothing on success while the paths are shorter than std's on-stack path
+/// buffer (384 bytes): a forked client reopens them inside benchmark regions.
+fn open_fifos(dir: &Path, control_path: &Path, ack_path: &Path) -> Result<(File, File, File)> {
+    let lock = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| Error::io("open FIFO directory", dir, e))?;
+    // Open the read end first: the open of the write end below is what detects a
+    // missing runner, and a FIFO without any reader makes it fail with ENXIO.
+    let ack = open_fifo(ack_path, false, "open ack FIFO")?;
+    let control = match open_fifo(control_path, true, "open control FIFO") {
+        Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => {
+            return Err(Error::NoRunner {
+                path: control_path.to_owned(),
+                reason: "nothing has the control FIFO open for reading",
+            });
+        }
+        other => other?,
+    };
+    for (file, path) in [(&control, control_path), (&ack, ack_path)] {
+        let meta = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+        if !meta.file_type().is_fifo() {
+            return Err(Error::NoRunner {
+                path: path.to_owned(),
+                reason: "the path exists but is not a FIFO",
+            });
+        }
+    }
+    Ok((lock, control, ack))
 }
 
 /// Opens a FIFO without blocking, for writing (`write`) or reading.

@@ -99,6 +99,24 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// [`FifoRunner::set_owner`](crate::FifoRunner::set_owner) was asked to hand the FIFO
+    /// directory to a user who could not reach it: a directory above it denies that user
+    /// search permission (e.g. root's `/run/user/0`).
+    #[error(
+        "user {uid} could not reach {dir}: {blocked_at} denies it search permission; create \
+         the FIFO directory somewhere that user can traverse (FifoRunner::new_in)",
+        dir = dir.display(),
+        blocked_at = blocked_at.display()
+    )]
+    UnreachableForUser {
+        /// The user the directory was to be handed to.
+        uid: u32,
+        /// The FIFO directory.
+        dir: PathBuf,
+        /// The first directory above it that `uid` may not search.
+        blocked_at: PathBuf,
+    },
+
     /// The runner did not take or answer a command in time.
     #[error("timed out after {timeout:?} waiting to {waiting_for} ({path})", path = path.display())]
     Timeout {

@@ -13,8 +13,8 @@
 
 use std::io::{self, Cursor, Read, Write};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::message::{Command, Reply};
@@ -56,21 +56,47 @@ mod sealed {
 /// [`Error::Encode`] if serialization fails, [`Error::FrameTooLarge`] if the body would
 /// exceed [`MAX_FRAME_LEN`] bytes.
 pub fn encode_frame<M: Message>(msg: &M) -> Result<Vec<u8>> {
-    let mut frame = vec![0u8; HEADER_LEN];
-    rmp_serde::encode::write_named(&mut frame, msg).map_err(|source| Error::Encode {
+    let mut frame = Vec::new();
+    encode_frame_into(&mut frame, msg)?;
+    Ok(frame)
+}
+
+/// Appends `msg` as one complete frame (header and body) to `out`; on error `out` is left
+/// as it was.
+///
+/// Allocates nothing when `out` has the spare capacity: rmp-serde writes the messages of
+/// this crate (which hold no sequences of unknown length) straight into the buffer. The
+/// client relies on this to send commands inside benchmark regions.
+///
+/// # Errors
+/// As [`encode_frame`].
+pub(crate) fn encode_frame_into<M: Message>(out: &mut Vec<u8>, msg: &M) -> Result<()> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    let encoded = rmp_serde::encode::write_named(out, msg).map_err(|source| Error::Encode {
         what: M::NAME,
         source,
-    })?;
-    let body_len = frame.len() - HEADER_LEN;
-    let len = u32::try_from(body_len)
-        .ok()
-        .filter(|&len| len <= MAX_FRAME_LEN)
-        .ok_or(Error::FrameTooLarge {
-            len: body_len as u64,
-            max: MAX_FRAME_LEN,
-        })?;
-    frame[..HEADER_LEN].copy_from_slice(&len.to_le_bytes());
-    Ok(frame)
+    });
+    let body_len = out.len() - start - HEADER_LEN;
+    let len = encoded.and_then(|()| {
+        u32::try_from(body_len)
+            .ok()
+            .filter(|&len| len <= MAX_FRAME_LEN)
+            .ok_or(Error::FrameTooLarge {
+                len: body_len as u64,
+                max: MAX_FRAME_LEN,
+            })
+    });
+    match len {
+        Ok(len) => {
+            out[start..start + HEADER_LEN].copy_from_slice(&len.to_le_bytes());
+            Ok(())
+        }
+        Err(err) => {
+            out.truncate(start);
+            Err(err)
+        }
+    }
 }
 
 /// Reads the body length in bytes from a frame header, rejecting anything above
@@ -108,6 +134,12 @@ pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>> {
 
 /// Decodes one frame body (without its header) into a message.
 ///
+/// Strings are borrowed from `body` while decoding, so nothing is allocated unless the
+/// message itself owns text (e.g. [`Reply::Err`]'s message): the client decodes the
+/// replies it awaits inside benchmark regions with this function. A string or collection
+/// whose announced length exceeds what `body` holds fails at once, so bogus lengths
+/// inside a body cannot trigger large allocations either.
+///
 /// # Errors
 /// [`Error::FrameTooLarge`] if `body` exceeds [`MAX_FRAME_LEN`] bytes, [`Error::Decode`]
 /// if it is not a valid message, [`Error::TrailingBytes`] if bytes follow the message.
@@ -118,24 +150,46 @@ pub fn decode_body<M: Message>(body: &[u8]) -> Result<M> {
             max: MAX_FRAME_LEN,
         });
     }
-    // A reader-based deserializer lets us see how much of the body the message used;
-    // it grows buffers only as bytes actually arrive, so bogus string lengths inside the
-    // body cannot trigger large allocations either.
-    let mut de = rmp_serde::Deserializer::new(Cursor::new(body));
+    let mut de = rmp_serde::Deserializer::from_read_ref(body);
     let msg = M::deserialize(&mut de).map_err(|source| Error::Decode {
         what: M::NAME,
         len: body.len(),
         source,
     })?;
-    let used = de.position() as usize;
-    if used != body.len() {
-        return Err(Error::TrailingBytes {
-            what: "message",
-            used,
-            extra: body.len() - used,
-        });
+    // The slice deserializer does not say where it stopped; instead, it must find no
+    // further value. Reading the next marker fails with end-of-file exactly when the
+    // message used the whole body.
+    match IgnoredAny::deserialize(&mut de) {
+        Err(rmp_serde::decode::Error::InvalidMarkerRead(e))
+            if e.kind() == io::ErrorKind::UnexpectedEof =>
+        {
+            Ok(msg)
+        }
+        _ => Err(trailing_bytes::<M>(body)),
     }
-    Ok(msg)
+}
+
+/// The [`Error::TrailingBytes`] for a `body` known to hold one valid `M` followed by
+/// more bytes: decodes it again with a reader that counts what it consumed. Error path
+/// only; it allocates.
+fn trailing_bytes<M: Message>(body: &[u8]) -> Error {
+    let mut de = rmp_serde::Deserializer::new(Cursor::new(body));
+    let used = match M::deserialize(&mut de) {
+        Ok(_) => de.position() as usize,
+        // Unreachable: the slice deserializer accepted the same bytes.
+        Err(source) => {
+            return Error::Decode {
+                what: M::NAME,
+                len: body.len(),
+                source,
+            };
+        }
+    };
+    Error::TrailingBytes {
+        what: "message",
+        used,
+        extra: body.len() - used,
+    }
 }
 
 /// Decodes `bytes`, which must be exactly one frame.

@@ -78,6 +78,12 @@
 //! - The client never hangs or kills its host: opens are non-blocking, each exchange is
 //!   bounded by a timeout ([`DEFAULT_TIMEOUT`]), a vanished runner is an error, and no
 //!   `SIGPIPE` is raised.
+//! - The client does not disturb the measurement: [`FifoClient::start_benchmark`],
+//!   [`FifoClient::stop_benchmark`] and [`FifoClient::add_marker`] neither allocate nor
+//!   free heap memory on success, since memtrack counts the process's allocations between
+//!   the runner's handling of the two commands.
+//! - A root runner can hand the FIFOs to the user it runs the command as
+//!   ([`FifoRunner::set_owner`]); other users stay locked out.
 //! - Versions: integrations announce [`PROTOCOL_VERSION`]; a runner accepts
 //!   [`MIN_SUPPORTED_VERSION`]`..=`[`PROTOCOL_VERSION`] and answers anything else with an
 //!   error naming that range.

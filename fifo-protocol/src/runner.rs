@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::ops::RangeInclusive;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,6 +106,36 @@ impl ShutdownHandle {
 /// The runner's end of the protocol: the private FIFO directory and the serving loop.
 ///
 /// Dropping it removes the directory and its FIFOs.
+///
+/// # Running the command as another user
+///
+/// memtrack's runner runs as root (it loads eBPF programs) but, when started through
+/// `sudo`, runs the command as the invoking user (`SUDO_UID`/`SUDO_GID`). The FIFO
+/// directory is created by root with mode 0700, so that user could not open it; hand it
+/// over before starting the command:
+///
+/// ```no_run
+/// # fn main() -> Result<(), fifo_protocol::Error> {
+/// use std::os::unix::process::CommandExt;
+/// use fifo_protocol::{FifoRunner, IntegrationMode};
+///
+/// let (uid, gid) = (1000, 1000); // from SUDO_UID / SUDO_GID
+/// let runner = FifoRunner::new(IntegrationMode::Memory)?;
+/// runner.set_owner(uid, gid)?;
+/// let (name, value) = runner.env_var();
+/// let mut command = std::process::Command::new("cargo");
+/// command.args(["bench"]).env(name, value).uid(uid).gid(gid);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`set_owner`](Self::set_owner) makes the directory and both FIFOs that user's (modes
+/// stay 0700 / 0600, so other users remain locked out and root keeps access), and refuses
+/// with [`Error::UnreachableForUser`] if a directory above the FIFO directory would keep
+/// the user from reaching it. [`new`](Self::new) never picks such a place for a runner
+/// running as root: it skips root's own `$XDG_RUNTIME_DIR` (`/run/user/0`, mode 0700) and
+/// uses the world-traversable temporary directory instead. Inside the command,
+/// [`FifoClient::from_env`](crate::FifoClient::from_env) then connects as usual.
 pub struct FifoRunner {
     dir: tempfile::TempDir,
     control_path: PathBuf,
@@ -136,16 +166,24 @@ impl fmt::Debug for FifoRunner {
 }
 
 impl FifoRunner {
-    /// Creates the FIFO directory under `$XDG_RUNTIME_DIR` when that is set to an existing
-    /// directory, else under the system temporary directory, for a runner measuring in
-    /// `mode`.
+    /// Creates the FIFO directory for a runner measuring in `mode`: under
+    /// `$XDG_RUNTIME_DIR` when that names an existing directory owned by the effective
+    /// user and that user is not root, else under the system temporary directory.
+    ///
+    /// A runner running as root skips `$XDG_RUNTIME_DIR`: root's own (`/run/user/0`) is
+    /// closed to everyone else, so the directory could not be handed to the user the
+    /// command runs as ([`set_owner`](Self::set_owner)), and one owned by another user
+    /// (kept by `sudo -E`) would let that user move paths under root's feet.
     ///
     /// # Errors
     /// [`Error::Io`] naming the directory or FIFO that could not be created or opened.
     pub fn new(mode: IntegrationMode) -> Result<Self> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
         let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
             .map(PathBuf::from)
-            .filter(|p| p.is_absolute() && p.is_dir());
+            .filter(|p| p.is_absolute())
+            .filter(|p| euid != 0 && fs::metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == euid));
         match runtime_dir {
             Some(base) => {
                 Self::new_in(mode, &base).or_else(|_| Self::new_in(mode, &std::env::temp_dir()))
@@ -263,14 +301,38 @@ impl FifoRunner {
     }
 
     /// Hands the directory and both FIFOs to user `uid` / group `gid`, for a runner that
-    /// runs the command as another (unprivileged) user. The modes stay 0700 / 0600, so
-    /// only that user (and root) can reach the FIFOs.
+    /// runs the command as another (unprivileged) user, e.g. root running it as
+    /// `SUDO_UID`/`SUDO_GID` (see [Running the command as another user](Self#running-the-command-as-another-user)).
+    /// Call it before starting the command. The modes stay 0700 / 0600, so only that user
+    /// (and root) can reach the FIFOs. Ownership is changed through descriptors (the
+    /// runner's own for the FIFOs, one opened with `O_NOFOLLOW` for the directory), never
+    /// by following a path that could have been swapped for a symbolic link.
     ///
     /// # Errors
+    /// [`Error::UnreachableForUser`] if a directory above the FIFO directory denies `uid`
+    /// search permission, judged from its mode bits, owner and group (a refusal only
+    /// when no supplementary group or ACL could grant it); nothing is changed then.
     /// [`Error::Io`] naming the path whose owner could not be changed.
     pub fn set_owner(&self, uid: u32, gid: u32) -> Result<()> {
-        for path in [self.dir.path(), &self.control_path, &self.ack_path] {
-            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        let dir = self.dir.path();
+        if let Some(blocked_at) = search_denied_above(dir, uid, gid) {
+            return Err(Error::UnreachableForUser {
+                uid,
+                dir: dir.to_owned(),
+                blocked_at,
+            });
+        }
+        let dir_fd = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| Error::io("open", dir, e))?;
+        for (file, path) in [
+            (&dir_fd, dir),
+            (&self.control, self.control_path.as_path()),
+            (&self.ack, self.ack_path.as_path()),
+        ] {
+            std::os::unix::fs::fchown(file, Some(uid), Some(gid))
                 .map_err(|e| Error::io("change the owner of", path, e))?;
         }
         Ok(())
@@ -608,4 +670,44 @@ impl<H> RunnerThread<H> {
         outcome?;
         Ok((runner.into_marker_result(), handler))
     }
+}
+
+/// The first directory above `dir` (its parent, grandparent, ...) that user `uid`, whose
+/// primary group is `gid`, certainly may not search, so could not reach `dir` through;
+/// `None` if every one may or might let it through.
+///
+/// Judged from mode bits, owner and group only, and conservative: a user that is not the
+/// owner might belong to the group through a supplementary group, and ACL entries are
+/// bounded by the group bits (the ACL mask), so access is denied for certain only when
+/// the bits that could apply all lack `x`. Root (`uid` 0) may search everything. Both the
+/// path as given and its canonical form are checked, since a symbolic link on the way is
+/// traversed through the directories of both.
+fn search_denied_above(dir: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
+    if uid == 0 {
+        return None;
+    }
+    let canonical = fs::canonicalize(dir).ok();
+    let paths = std::iter::once(dir).chain(canonical.as_deref());
+    for path in paths {
+        for ancestor in path.ancestors().skip(1) {
+            if ancestor.as_os_str().is_empty() {
+                continue; // the working directory of a relative path: not ours to judge
+            }
+            let Ok(meta) = fs::metadata(ancestor) else {
+                continue;
+            };
+            let mode = meta.mode();
+            let denied = if meta.uid() == uid {
+                mode & 0o100 == 0
+            } else if meta.gid() == gid {
+                mode & 0o010 == 0
+            } else {
+                mode & 0o011 == 0
+            };
+            if denied {
+                return Some(ancestor.to_owned());
+            }
+        }
+    }
+    None
 }

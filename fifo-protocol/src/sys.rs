@@ -44,15 +44,18 @@ impl<'a> PollFd<'a> {
 /// Waits until one of `fds` is ready or `timeout` passes (`None`: forever). Returns the
 /// number of ready descriptors; an interrupted wait (`EINTR`) returns 0 like a timeout,
 /// so callers re-check their deadline and loop.
-pub(crate) fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usize> {
-    let mut raw: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|p| libc::pollfd {
-            fd: p.fd.as_raw_fd(),
-            events: p.events,
-            revents: 0,
-        })
-        .collect();
+///
+/// Takes an array so that the `pollfd` structs live on the stack: the client polls inside
+/// benchmark regions, where it must not allocate.
+pub(crate) fn poll<const N: usize>(
+    fds: &mut [PollFd<'_>; N],
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    let mut raw: [libc::pollfd; N] = std::array::from_fn(|i| libc::pollfd {
+        fd: fds[i].fd.as_raw_fd(),
+        events: fds[i].events,
+        revents: 0,
+    });
     let timeout_ms: libc::c_int = match timeout {
         None => -1,
         // Round up so that a sub-millisecond remainder does not spin with timeout 0.
@@ -62,9 +65,9 @@ pub(crate) fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Res
             .try_into()
             .unwrap_or(libc::c_int::MAX),
     };
-    // SAFETY: `raw` is a valid array of `raw.len()` pollfd structs whose descriptors are
+    // SAFETY: `raw` is a valid array of `N` pollfd structs whose descriptors are
     // kept open by the borrows in `fds`.
-    let rc = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, timeout_ms) };
+    let rc = unsafe { libc::poll(raw.as_mut_ptr(), N as libc::nfds_t, timeout_ms) };
     if rc < 0 {
         let err = io::Error::last_os_error();
         if err.kind() == io::ErrorKind::Interrupted {

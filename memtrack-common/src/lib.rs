@@ -11,36 +11,56 @@
 //! plain count.
 #![no_std]
 
-/// Number of allocator-family functions the eBPF programs know (see [`func`]).
-pub const NUM_FUNCS: usize = 10;
+/// Number of per-function counter slots in [`PidStats::funcs`]: one per function name
+/// memtrack reports (the user-space table `memtrack_targets::AllocFn` numbers them).
+pub const NUM_FUNCS: usize = 32;
 
 /// Number of buckets of the log2 size histogram: bucket 0 holds 0-byte blocks, bucket `i`
 /// (1..=64) holds sizes in `[2^(i-1), 2^i)`.
 pub const HISTOGRAM_BUCKETS: usize = 65;
 
-/// Indexes of the allocator-family functions, as used in [`PidStats::funcs`] and
-/// [`Pending::func`]. The order is part of the user/kernel contract.
+/// Indexes of the functions the eBPF side names itself (the rest are only known to
+/// user space, which passes each probe's index in its attach cookie).
 pub mod func {
-    /// `malloc(size)`
-    pub const MALLOC: u32 = 0;
-    /// `calloc(nmemb, size)`
-    pub const CALLOC: u32 = 1;
-    /// `realloc(ptr, size)`
-    pub const REALLOC: u32 = 2;
-    /// `reallocarray(ptr, nmemb, size)`
-    pub const REALLOCARRAY: u32 = 3;
-    /// `free(ptr)`
+    /// `free(ptr)`: the slot credited with bytes released by free-like functions.
     pub const FREE: u32 = 4;
-    /// `aligned_alloc(alignment, size)`
-    pub const ALIGNED_ALLOC: u32 = 5;
-    /// `posix_memalign(memptr, alignment, size)`
-    pub const POSIX_MEMALIGN: u32 = 6;
-    /// `memalign(alignment, size)`
-    pub const MEMALIGN: u32 = 7;
-    /// `valloc(size)`
-    pub const VALLOC: u32 = 8;
-    /// `pvalloc(size)`
-    pub const PVALLOC: u32 = 9;
+}
+
+/// How a probed function takes its arguments and hands out or releases memory. The
+/// eBPF side has one entry program per kind; user space picks it for each symbol.
+pub mod kind {
+    /// `f(size, ...)` returns a block: malloc, valloc, operator new, mallocx, mi_malloc...
+    pub const SIZE_FIRST: u32 = 0;
+    /// `f(alignment, size)` returns a block: aligned_alloc, memalign.
+    pub const SIZE_SECOND: u32 = 1;
+    /// `f(nmemb, size, ...)` returns a block of nmemb*size bytes: calloc.
+    pub const CALLOC: u32 = 2;
+    /// `f(ptr, size, ...)` resizes: realloc, rallocx, mi_realloc.
+    pub const REALLOC: u32 = 3;
+    /// `f(ptr, nmemb, size)` resizes to nmemb*size bytes: reallocarray.
+    pub const REALLOCARRAY: u32 = 4;
+    /// `int f(void **memptr, alignment, size)`: posix_memalign.
+    pub const POSIX_MEMALIGN: u32 = 5;
+    /// `f(ptr, ...)` releases: free, operator delete, sdallocx, mi_free.
+    pub const FREE: u32 = 6;
+}
+
+/// Layout of a probe's attach cookie: the function's counter slot in the low 32 bits,
+/// and in the high 32 bits how many bytes the stack pointer has moved at the probed
+/// instruction (so `rsp + adjust` is the function's entry stack pointer).
+pub mod cookie {
+    /// The cookie of a probe.
+    pub const fn make(func: u32, stack_adjust: u32) -> u64 {
+        (func as u64) | ((stack_adjust as u64) << 32)
+    }
+    /// The counter slot of a cookie.
+    pub const fn func(cookie: u64) -> u32 {
+        cookie as u32
+    }
+    /// The stack adjustment of a cookie, in bytes.
+    pub const fn stack_adjust(cookie: u64) -> u64 {
+        cookie >> 32
+    }
 }
 
 /// Value of the `TRACKED` map (key: tgid, i.e. the process id).
@@ -190,8 +210,12 @@ pub struct LiveKey {
 pub struct Pending {
     /// Number of probed calls in progress on this thread (the outermost included).
     pub depth: u32,
-    /// Outermost function, a [`func`] index.
+    /// Outermost function's counter slot.
     pub func: u32,
+    /// Outermost function's [`kind`].
+    pub kind: u32,
+    /// Always zero (explicit padding).
+    pub _pad: u32,
     /// Requested size in bytes (calloc/reallocarray: nmemb*size, saturated at u64::MAX).
     pub size: u64,
     /// realloc/reallocarray: the old pointer; posix_memalign: the `memptr` out-pointer.
@@ -202,6 +226,12 @@ pub struct Pending {
     pub old_size: u64,
     /// Bit set of [`pending_flags`].
     pub flags: u64,
+    /// The outermost call's stack pointer at function entry. A later probed call on the
+    /// thread is nested if its entry stack pointer is lower (deeper) or equal (a tail
+    /// call: glibc's `realloc(NULL, n)` jumps to `malloc`); if it is higher, the
+    /// outermost call never returned normally (a C++ `operator new` that threw, caught
+    /// further up) and its entry is stale.
+    pub entry_sp: u64,
 }
 
 /// Bits of [`Pending::flags`].

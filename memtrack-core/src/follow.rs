@@ -11,9 +11,13 @@
 //! under a debugger.
 //!
 //! After an `execve` the new image's libraries are not mapped yet (the dynamic loader
-//! maps them in user space), so the follower steps the process syscall by syscall until
-//! an object defining an allocator is mapped, attaches, and lets it run: the loader's
-//! own work happens before any allocator can be called, so nothing is missed.
+//! maps them in user space), and `dlopen` maps more later. The follower puts a
+//! breakpoint on the loader's `_dl_debug_state`, the empty function the loader calls
+//! for debuggers after mapping objects and before running their initializers (at
+//! startup and in every `dlopen`): at each hit it probes whatever allocators are newly
+//! mapped, then returns from the function on the process's behalf. So an allocator is
+//! probed before its first call. Where no such hook exists (an unknown loader), it
+//! steps the process syscall by syscall until an allocator is mapped instead.
 //!
 //! All ptrace requests come from one thread (the kernel ties tracees to the tracing
 //! thread); it waits with `__WNOTHREAD` so it never reaps other threads' children. A
@@ -74,6 +78,7 @@ impl Follower {
             .spawn(move || {
                 let mut state = FollowState {
                     shared,
+                    hooks: HashMap::new(),
                     tasks: HashMap::new(),
                     exec_wait: HashMap::new(),
                     root: 0,
@@ -133,8 +138,22 @@ struct Task {
     tgid: u32,
 }
 
+/// A breakpoint on the loader's `_dl_debug_state` in one process.
+#[derive(Clone, Copy)]
+struct LoaderHook {
+    /// Runtime address of the function.
+    address: u64,
+    /// The byte the breakpoint replaced (restored when the follower stops).
+    original: u8,
+}
+
+/// `int3`, the breakpoint instruction.
+const INT3: u8 = 0xcc;
+
 struct FollowState {
     shared: Arc<Shared>,
+    /// Loader breakpoints by process.
+    hooks: HashMap<u32, LoaderHook>,
     /// Every traced thread, by tid.
     tasks: HashMap<u32, Task>,
     /// Processes between an exec and their allocator being mapped: syscall-stops left.
@@ -272,8 +291,10 @@ impl FollowState {
             .unwrap_or(0);
         self.register_process(pid, ppid);
         // A running process has its libraries mapped: probe it now (it keeps running
-        // meanwhile; calls before the probes are in place are not counted).
+        // meanwhile; calls before the probes are in place are not counted), and catch
+        // its future dlopens.
         self.attach_now(pid);
+        self.install_hook(pid);
         Ok(pid)
     }
 
@@ -344,22 +365,83 @@ impl FollowState {
     }
 
     /// A process just exec'd (it is stopped at the exec event): note its new command
-    /// line and probe it, now if it is statically linked, else once its loader has
-    /// mapped an allocator.
+    /// line, probe what is mapped already (a static executable's own allocator), and set
+    /// the loader breakpoint so the libraries are probed once mapped.
     fn after_exec(&mut self, pid: u32) {
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
             record.command = crate::process::read_cmdline(pid);
         }
+        // The old image's breakpoint went with its memory.
+        self.hooks.remove(&pid);
         let p = Pid::from_raw(pid as i32);
+        self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
-        let has_interp = has_interpreter(&exe).unwrap_or(true);
-        if !has_interp {
-            self.attach_now(pid);
+        let has_interp = memtrack_targets::has_interpreter(&exe).unwrap_or(true);
+        if !has_interp || self.install_hook(pid) {
             let _ = ptrace::cont(p, None);
             return;
         }
         self.exec_wait.insert(pid, MAX_SYSCALL_STOPS_AFTER_EXEC);
         let _ = ptrace::syscall(p, None);
+    }
+
+    /// Puts the breakpoint on the loader's `_dl_debug_state` of `pid`, if its code is
+    /// the bare `ret` (or `endbr64; ret`) the breakpoint handler emulates.
+    fn install_hook(&mut self, pid: u32) -> bool {
+        let Ok(Some(address)) = memtrack_targets::debug_state_address(pid) else {
+            return false;
+        };
+        let mut code = [0u8; 5];
+        if read_mem(pid, address, &mut code).is_err() {
+            return false;
+        }
+        let emulatable = code[0] == 0xc3 || code == [0xf3, 0x0f, 0x1e, 0xfa, 0xc3];
+        if !emulatable || write_mem(pid, address, &[INT3]).is_err() {
+            return false;
+        }
+        self.hooks.insert(
+            pid,
+            LoaderHook {
+                address,
+                original: code[0],
+            },
+        );
+        true
+    }
+
+    /// A thread of `tgid` stopped with SIGTRAP: if at the loader breakpoint, probe the
+    /// newly mapped objects and return from `_dl_debug_state` for it. Returns false when
+    /// the trap is not ours (the signal is then the program's).
+    fn on_trap(&mut self, tid: u32, tgid: u32) -> bool {
+        let Some(hook) = self.hooks.get(&tgid).copied() else {
+            return false;
+        };
+        let p = Pid::from_raw(tid as i32);
+        let Ok(mut regs) = ptrace::getregs(p) else {
+            return false;
+        };
+        if regs.rip != hook.address + 1 {
+            return false;
+        }
+        self.attach_now(tgid);
+        // Emulate `ret`: the function does nothing else.
+        let mut ret = [0u8; 8];
+        if read_mem(tid, regs.rsp, &mut ret).is_err() {
+            return false;
+        }
+        regs.rip = u64::from_ne_bytes(ret);
+        regs.rsp += 8;
+        let _ = ptrace::setregs(p, regs);
+        let _ = ptrace::cont(p, None);
+        true
+    }
+
+    /// Takes every loader breakpoint out again (the follower is stopping: a breakpoint
+    /// left behind would kill the process at its next `dlopen`).
+    fn remove_hooks(&mut self) {
+        for (pid, hook) in self.hooks.drain() {
+            let _ = write_mem(pid, hook.address, &[hook.original]);
+        }
     }
 
     /// A syscall-stop of a process waiting for its allocator to be mapped.
@@ -394,9 +476,13 @@ impl FollowState {
         };
         self.tasks.insert(tid, Task { tgid });
         if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
-            // A new process: it shares its parent's mappings, so probe it right away.
+            // A new process: it shares its parent's mappings (and the loader breakpoint
+            // in them), so probe it right away.
             self.register_process(tid, ppid);
             self.attach_now(tid);
+            if let Some(hook) = self.hooks.get(&ppid).copied() {
+                self.hooks.insert(tid, hook);
+            }
         }
         let _ = ptrace::cont(p, None);
     }
@@ -409,6 +495,7 @@ impl FollowState {
             return;
         }
         self.exec_wait.remove(&tid);
+        self.hooks.remove(&tid);
         let final_stats = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(tid).ok();
@@ -434,6 +521,7 @@ impl FollowState {
                 Ok(WaitStatus::Exited(pid, code)) => {
                     if Some(pid) == self.sentinel {
                         self.sentinel = None;
+                        self.remove_hooks();
                         break;
                     }
                     self.on_exit(pid.as_raw() as u32, Some(code), None);
@@ -441,17 +529,20 @@ impl FollowState {
                 Ok(WaitStatus::Signaled(pid, sig, _)) => {
                     if Some(pid) == self.sentinel {
                         self.sentinel = None;
+                        self.remove_hooks();
                         break;
                     }
                     self.on_exit(pid.as_raw() as u32, None, Some(sig as i32));
                 }
                 Ok(WaitStatus::Stopped(pid, sig)) => {
                     let tid = pid.as_raw() as u32;
-                    if !self.tasks.contains_key(&tid) {
-                        self.on_new_task(tid);
-                    } else {
+                    match self.tasks.get(&tid).map(|t| t.tgid) {
+                        None => self.on_new_task(tid),
+                        Some(tgid) if sig == Signal::SIGTRAP && self.on_trap(tid, tgid) => {}
                         // Signal-delivery-stop: deliver the signal.
-                        let _ = ptrace::cont(pid, sig);
+                        Some(_) => {
+                            let _ = ptrace::cont(pid, sig);
+                        }
                     }
                 }
                 Ok(WaitStatus::PtraceEvent(pid, sig, event)) => {
@@ -488,7 +579,10 @@ impl FollowState {
                 }
                 Ok(_) => {}
                 Err(Errno::EINTR) => {}
-                Err(_) => break,
+                Err(_) => {
+                    self.remove_hooks();
+                    break;
+                }
             }
         }
     }
@@ -508,16 +602,20 @@ impl Drop for FollowState {
     }
 }
 
-/// Whether an executable names a dynamic loader (PT_INTERP): if so, its libraries are
-/// mapped after the exec, by that loader.
-fn has_interpreter(exe: &std::path::Path) -> Option<bool> {
-    use object::read::elf::{ElfFile64, ProgramHeader};
-    let data = std::fs::read(exe).ok()?;
-    let elf = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
-    let endian = elf.endian();
-    Some(
-        elf.elf_program_headers()
-            .iter()
-            .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP),
-    )
+/// Reads `buf.len()` bytes of process `pid`'s memory at `address` (/proc/PID/mem: works
+/// while the tracee runs, since the follower is its tracer).
+fn read_mem(pid: u32, address: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    mem.read_exact_at(buf, address)
+}
+
+/// Writes `bytes` into process `pid`'s memory at `address`; the kernel copies read-only
+/// text pages on write for the tracer, as for a debugger's breakpoint.
+fn write_mem(pid: u32, address: u64, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    mem.write_all_at(bytes, address)
 }

@@ -15,11 +15,11 @@ use aya::{
     programs::{
         TracePoint, UProbe,
         trace_point::TracePointLinkId,
-        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use memtrack_common::{LiveKey, PidStats, TrackState, global};
-use memtrack_targets::{AllocFn, ProbeTarget};
+use memtrack_targets::{Kind, ProbeTarget};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -43,21 +43,29 @@ const SYSCALL_PROGRAMS: [(&str, &str, &str); 5] = [
     ("brk_exit", "syscalls", "sys_exit_brk"),
 ];
 
-/// The entry program of each function.
-fn entry_program(function: AllocFn) -> &'static str {
-    match function {
-        AllocFn::Malloc => "malloc_entry",
-        AllocFn::Calloc => "calloc_entry",
-        AllocFn::Realloc => "realloc_entry_prog",
-        AllocFn::Reallocarray => "reallocarray_entry",
-        AllocFn::Free => "free_entry",
-        AllocFn::AlignedAlloc => "aligned_alloc_entry",
-        AllocFn::PosixMemalign => "posix_memalign_entry",
-        AllocFn::Memalign => "memalign_entry",
-        AllocFn::Valloc => "valloc_entry",
-        AllocFn::Pvalloc => "pvalloc_entry",
+/// The entry program of each argument layout.
+fn entry_program(kind: Kind) -> &'static str {
+    match kind {
+        Kind::SizeFirst => "alloc_size0_entry",
+        Kind::SizeSecond => "alloc_size1_entry",
+        Kind::Calloc => "calloc_entry",
+        Kind::Realloc => "realloc_entry_prog",
+        Kind::Reallocarray => "reallocarray_entry",
+        Kind::PosixMemalign => "posix_memalign_entry",
+        Kind::Free => "free_entry",
     }
 }
+
+/// Every entry program.
+const ENTRY_PROGRAMS: [Kind; 7] = [
+    Kind::SizeFirst,
+    Kind::SizeSecond,
+    Kind::Calloc,
+    Kind::Realloc,
+    Kind::Reallocarray,
+    Kind::PosixMemalign,
+    Kind::Free,
+];
 
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +142,8 @@ pub(crate) struct Engine {
 struct Site {
     entry_offset: u64,
     return_offset: u64,
+    /// Bytes `rsp` moved before the entry probe's instruction (0 at the first byte).
+    stack_adjust: u32,
     instruction: String,
     emulated: bool,
 }
@@ -175,8 +185,8 @@ impl Engine {
             .map_max_entries("LIVE", max_live_blocks)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(Box::new(e)))?;
-        for function in AllocFn::ALL {
-            let name = entry_program(function);
+        for kind in ENTRY_PROGRAMS {
+            let name = entry_program(kind);
             let program: &mut UProbe = ebpf
                 .program_mut(name)
                 .ok_or_else(|| missing_program(name))?
@@ -274,13 +284,15 @@ impl Engine {
         scope_pid: NonZeroU32,
         target: &ProbeTarget,
     ) -> Result<ProbeInfo> {
-        let entry = entry_program(target.function);
+        let entry = entry_program(target.function.kind());
         let site = self.site(target);
+        let cookie = memtrack_common::cookie::make(target.function as u32, site.stack_adjust);
         let id = attach_uprobe(
             &mut self.ebpf,
             entry,
             &target.object,
             target.file_offset + site.entry_offset,
+            cookie,
             pid,
             scope_pid,
         )?;
@@ -293,6 +305,7 @@ impl Engine {
                 RETURN_PROGRAM,
                 &target.object,
                 target.file_offset + site.return_offset,
+                cookie,
                 pid,
                 scope_pid,
             )?;
@@ -302,11 +315,11 @@ impl Engine {
             });
         }
         let info = ProbeInfo {
-            function: target.function.symbol().to_string(),
+            function: target.function.name().to_string(),
             aliases: target
                 .aliases
                 .iter()
-                .map(|a| a.symbol().to_string())
+                .map(|a| a.name().to_string())
                 .collect(),
             object: target.object.clone(),
             symbol: target.symbol.clone(),
@@ -341,6 +354,7 @@ impl Engine {
                 } else {
                     0
                 },
+                stack_adjust: s.stack_adjust as u32,
                 instruction: s.instruction,
                 emulated: s.emulated,
             },
@@ -348,6 +362,7 @@ impl Engine {
             None => Site {
                 entry_offset: 0,
                 return_offset: 0,
+                stack_adjust: 0,
                 instruction: String::new(),
                 emulated: false,
             },
@@ -486,6 +501,7 @@ fn attach_uprobe(
     program: &'static str,
     object: &Path,
     offset: u64,
+    cookie: u64,
     pid: u32,
     scope_pid: NonZeroU32,
 ) -> Result<UProbeLinkId> {
@@ -495,7 +511,10 @@ fn attach_uprobe(
         .try_into()
         .map_err(program_err(program))?;
     prog.attach(
-        UProbeAttachLocation::AbsoluteOffset(offset),
+        UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(cookie),
+        },
         object,
         UProbeScope::OneProcess(scope_pid),
     )

@@ -16,7 +16,7 @@
 //! * Only calls that begin while tracking is enabled count. A block allocated while
 //!   tracking and freed while stopped stays live in the numbers.
 
-use memtrack_common::{HISTOGRAM_BUCKETS, NUM_FUNCS, PidStats};
+use memtrack_common::{HISTOGRAM_BUCKETS, PidStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -109,19 +109,10 @@ pub struct SizeBucket {
     pub blocks: u64,
 }
 
-/// Symbol names of the functions, indexed like `memtrack_common::func`.
-pub(crate) const FUNCTION_NAMES: [&str; NUM_FUNCS] = [
-    "malloc",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "free",
-    "aligned_alloc",
-    "posix_memalign",
-    "memalign",
-    "valloc",
-    "pvalloc",
-];
+/// The reported name of counter slot `i` (None for unused slots).
+fn function_name(i: usize) -> Option<&'static str> {
+    memtrack_targets::AllocFn::from_u32(i as u32).map(|f| f.name())
+}
 
 fn bucket_bounds(index: usize) -> (u64, u64) {
     match index {
@@ -138,9 +129,10 @@ impl From<&PidStats> for Stats {
             .iter()
             .enumerate()
             .filter(|(_, f)| f.calls != 0 || f.bytes != 0 || f.failures != 0)
-            .map(|(i, f)| {
+            .filter_map(|(i, f)| Some((function_name(i)?, f)))
+            .map(|(name, f)| {
                 (
-                    FUNCTION_NAMES[i].to_string(),
+                    name.to_string(),
                     FunctionStats {
                         calls: f.calls,
                         failures: f.failures,

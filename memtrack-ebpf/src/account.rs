@@ -10,7 +10,7 @@ use memtrack_common::{HISTOGRAM_BUCKETS, LiveKey, NUM_FUNCS, Pending, PidStats, 
 
 use crate::{
     atomics,
-    maps::{GLOBAL, LIVE, PENDING, STATS, TRACKED},
+    maps::{FREE_MARK, GLOBAL, LIVE, PENDING, STATS, TRACKED},
 };
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
@@ -55,26 +55,51 @@ pub fn stats_of(tgid: u32) -> Option<*mut PidStats> {
     stats
 }
 
-/// If a probed call is already in progress on this thread, notes one more nesting level
-/// and returns true: the nested call is part of the outer one and is not accounted.
-#[inline(always)]
-pub fn enter_nested(pid_tgid: u64) -> bool {
-    match PENDING.get_ptr_mut(&pid_tgid) {
-        Some(p) => {
-            // SAFETY: only this thread touches its own entry.
-            unsafe { (*p).depth += 1 };
-            true
-        }
-        None => false,
-    }
+/// What an entry probe found about calls already in progress on its thread.
+pub enum Nesting {
+    /// Called by another probed function: part of that call, not accounted again.
+    Nested,
+    /// The outermost probed call on the thread.
+    Outermost,
 }
 
-/// True when a probed call is in progress on this thread (for probes without a return
-/// probe, such as `free`, which must not count their nested calls either).
+/// Decides whether a call whose entry stack pointer is `entry_sp` is nested in a probed
+/// call in progress on this thread. A pending call at a deeper stack level never
+/// returned normally (a C++ `operator new` that threw): it is dropped and counted
+/// as a failed allocation. With `count_depth`, a nested call adds a nesting level (its
+/// return probe will remove it); free-like functions have no return probe.
 #[inline(always)]
-pub fn inside_probed_call(pid_tgid: u64) -> bool {
-    // SAFETY: read only.
-    unsafe { PENDING.get(&pid_tgid) }.is_some()
+pub fn nesting(pid_tgid: u64, entry_sp: u64, count_depth: bool) -> Nesting {
+    let Some(p) = PENDING.get_ptr_mut(&pid_tgid) else {
+        return Nesting::Outermost;
+    };
+    // SAFETY: only this thread touches its own entry.
+    unsafe {
+        // Equal: a tail call (the callee reuses the caller's frame). The return address
+        // cannot tell a tail call from a new call at the same level, because the outer
+        // call's return probe has replaced it with the uretprobe trampoline; so a call
+        // that threw and was caught in the very frame that calls again is taken for
+        // nested (rare: an out-of-memory exception, retried in place).
+        if entry_sp <= (*p).entry_sp {
+            if count_depth {
+                (*p).depth += 1;
+            }
+            return Nesting::Nested;
+        }
+        let stale = *p;
+        let _ = PENDING.remove(&pid_tgid);
+        if let Some(stats) = stats_of(tgid_of(pid_tgid)) {
+            count_failure(stats, stale.func);
+        }
+    }
+    Nesting::Outermost
+}
+
+/// The stack pointer at the probed function's entry: `rsp` at the probed instruction
+/// plus the adjustment carried in the probe's cookie.
+#[inline(always)]
+pub fn entry_sp(rsp: u64, cookie: u64) -> u64 {
+    rsp.wrapping_add(memtrack_common::cookie::stack_adjust(cookie))
 }
 
 /// Records the arguments of an outermost call for its return probe.
@@ -233,17 +258,49 @@ pub fn restore_live(stats: *mut PidStats, tgid: u32, addr: u64, size: u64) {
     }
 }
 
-/// A known block of `size` bytes was released by `func`.
+/// A known block of `size` bytes was released; `credit` is the free-like function's
+/// counter slot to credit the bytes to (None for realloc's release).
 #[inline(always)]
-pub fn record_release(stats: *mut PidStats, func: u32, size: u64) {
+pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
     // SAFETY: stats points into a live map value; index checked.
     unsafe {
         atomics::add(&raw mut (*stats).free_calls, 1);
         atomics::add(&raw mut (*stats).bytes_freed, size);
         atomics::sub(&raw mut (*stats).live_blocks, 1);
         atomics::sub(&raw mut (*stats).live_bytes, size);
-        if func == memtrack_common::func::FREE {
+        if let Some(func) = credit
+            && (func as usize) < NUM_FUNCS
+        {
             atomics::add(&raw mut (*stats).funcs[func as usize].bytes, size);
+        }
+    }
+}
+
+/// A free-like call of `func` on `ptr` (non-NULL), outermost on its thread.
+///
+/// Layered allocators forward one release through several probed functions (libstdc++'s
+/// sized `operator delete` calls the unsized one, which jumps to `free`; mimalloc's
+/// `free` calls `mi_free`), and free-like functions have no return probe to mark the
+/// nesting. So each thread remembers the last pointer it released: a release of that
+/// same pointer that is no longer live is the forward, neither a call of its own nor a
+/// second free (which would be a double free, undefined anyway). The mark stays until
+/// the thread releases another pointer, so a chain of any length counts once.
+#[inline(always)]
+pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u64) {
+    match take_live(tgid, ptr) {
+        Some(size) => {
+            count_call(stats, func);
+            record_release(stats, Some(func), size);
+            let _ = FREE_MARK.insert(&pid_tgid, &ptr, 0);
+        }
+        None => {
+            // SAFETY: plain u64 value.
+            let forwarded = unsafe { FREE_MARK.get(&pid_tgid) }.is_some_and(|&m| m == ptr);
+            if !forwarded {
+                count_call(stats, func);
+                record_unmatched(stats);
+                let _ = FREE_MARK.insert(&pid_tgid, &ptr, 0);
+            }
         }
     }
 }

@@ -34,3 +34,7 @@ pub static SYSCALL_PENDING: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PE
 /// Counters not attributable to one process, indexed by `memtrack_common::global`.
 #[map]
 pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);
+
+/// pid_tgid -> the last pointer that thread released (see `account::release`).
+#[map]
+pub static FREE_MARK: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);

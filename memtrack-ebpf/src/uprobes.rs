@@ -1,62 +1,119 @@
-//! One entry program (and, but for `free`, one return program) per allocator function.
-//! Program names are `<function>_entry` / `<function>_return`; the loader attaches them
-//! by these names. The argument layouts are the C prototypes' (System V x86-64 ABI).
+//! One entry program per argument layout (`memtrack_common::kind`), one shared return
+//! program. Every probed symbol (malloc, operator new, mallocx, mi_malloc, ...) is
+//! attached to the program of its kind with a cookie holding its counter slot and the
+//! probe site's stack adjustment (`memtrack_common::cookie`). The loader attaches them
+//! by these names. Argument layouts follow the System V x86-64 ABI.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_probe_read_user, generated::bpf_get_attach_cookie},
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use memtrack_common::{Pending, PidStats, func, pending_flags};
+use memtrack_common::{Pending, PidStats, cookie, kind, pending_flags};
 
 use crate::{
-    account::{self, current, tgid_of},
+    account::{self, Nesting, current, tgid_of},
     atomics,
 };
 
+/// What an entry probe knows about its call.
+struct Call {
+    pid_tgid: u64,
+    func: u32,
+    entry_sp: u64,
+}
+
+#[inline(always)]
+fn call(ctx: &ProbeContext) -> Call {
+    // SAFETY: the context is the probe's own; the helper takes it as is.
+    let c = unsafe { bpf_get_attach_cookie(ctx.regs.cast()) };
+    // SAFETY: reading the saved registers of the probe context.
+    let rsp = unsafe { (*ctx.regs).rsp };
+    Call {
+        pid_tgid: current(),
+        func: cookie::func(c),
+        entry_sp: account::entry_sp(rsp, c),
+    }
+}
+
+#[inline(always)]
+fn arg(ctx: &ProbeContext, n: usize) -> u64 {
+    ctx.arg::<u64>(n).unwrap_or(0)
+}
+
+/// nmemb * size, and whether it overflowed (the callee then fails with ENOMEM).
+#[inline(always)]
+fn array_size(nmemb: u64, size: u64) -> (u64, bool) {
+    // checked_mul needs a 128-bit multiply (__multi3), which BPF lacks, and LLVM turns
+    // the plain division test back into one; the volatile read keeps the division.
+    if nmemb | size < 1 << 32 {
+        return (nmemb * size, false);
+    }
+    let limit = u64::MAX / nmemb.max(1);
+    // SAFETY: reading a local.
+    let limit = unsafe { core::ptr::read_volatile(&limit) };
+    if nmemb != 0 && size > limit {
+        (u64::MAX, true)
+    } else {
+        (nmemb.wrapping_mul(size), false)
+    }
+}
+
 /// Entry of every allocating function but the realloc family.
 #[inline(always)]
-fn alloc_entry(f: u32, size: u64, ptr: u64, flags: u64) -> u32 {
-    let id = current();
-    if account::enter_nested(id) || !account::is_counted(id) {
+fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
+    if matches!(
+        account::nesting(c.pid_tgid, c.entry_sp, true),
+        Nesting::Nested
+    ) || !account::is_counted(c.pid_tgid)
+    {
         return 0;
     }
-    let Some(stats) = account::stats_of(tgid_of(id)) else {
+    let Some(stats) = account::stats_of(tgid_of(c.pid_tgid)) else {
         return 0;
     };
-    account::count_call(stats, f);
+    account::count_call(stats, c.func);
     let pending = Pending {
         depth: 1,
-        func: f,
+        func: c.func,
+        kind: k,
+        _pad: 0,
         size,
         ptr,
         old_size: 0,
         flags,
+        entry_sp: c.entry_sp,
     };
-    account::begin_call(id, &pending, stats);
+    account::begin_call(c.pid_tgid, &pending, stats);
     0
 }
 
-/// Entry of realloc/reallocarray: the old block leaves the live map now (see
+/// Entry of the realloc family: the old block leaves the live map now (see
 /// `memtrack_common::Pending::old_size`) and comes back if the call fails.
 #[inline(always)]
-fn realloc_entry(f: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
-    let id = current();
-    if account::enter_nested(id) || !account::is_counted(id) {
+fn realloc_entry(c: &Call, k: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
+    if matches!(
+        account::nesting(c.pid_tgid, c.entry_sp, true),
+        Nesting::Nested
+    ) || !account::is_counted(c.pid_tgid)
+    {
         return 0;
     }
-    let tgid = tgid_of(id);
+    let tgid = tgid_of(c.pid_tgid);
     let Some(stats) = account::stats_of(tgid) else {
         return 0;
     };
-    account::count_call(stats, f);
+    account::count_call(stats, c.func);
     let mut pending = Pending {
         depth: 1,
-        func: f,
+        func: c.func,
+        kind: k,
+        _pad: 0,
         size,
         ptr,
         old_size: 0,
         flags: if overflow { pending_flags::OVERFLOW } else { 0 },
+        entry_sp: c.entry_sp,
     };
     if ptr != 0
         && !overflow
@@ -65,7 +122,9 @@ fn realloc_entry(f: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
         pending.old_size = old;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
-    if !account::begin_call(id, &pending, stats) && pending.flags & pending_flags::OLD_KNOWN != 0 {
+    if !account::begin_call(c.pid_tgid, &pending, stats)
+        && pending.flags & pending_flags::OLD_KNOWN != 0
+    {
         account::restore_live(stats, tgid, ptr, pending.old_size);
     }
     0
@@ -82,9 +141,9 @@ fn alloc_return(ret: u64) -> u32 {
     let Some(stats) = account::stats_of(tgid) else {
         return 0;
     };
-    match p.func {
-        func::REALLOC | func::REALLOCARRAY => realloc_return(stats, tgid, &p, ret),
-        func::POSIX_MEMALIGN => {
+    match p.kind {
+        kind::REALLOC | kind::REALLOCARRAY => realloc_return(stats, tgid, &p, ret),
+        kind::POSIX_MEMALIGN => {
             // posix_memalign returns an int error number; the block is in *memptr.
             if ret as u32 != 0 {
                 account::count_failure(stats, p.func);
@@ -125,7 +184,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         }
     } else if ret != 0 {
         if known {
-            account::record_release(stats, p.func, p.old_size);
+            account::record_release(stats, None, p.old_size);
             account::record_resize_direction(stats, p.func, p.old_size, p.size);
         } else {
             account::record_unmatched(stats);
@@ -133,7 +192,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         account::record_alloc(stats, tgid, p.func, ret, p.size);
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
-            account::record_release(stats, p.func, p.old_size);
+            account::record_release(stats, None, p.old_size);
         } else {
             account::record_unmatched(stats);
         }
@@ -145,104 +204,84 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
     }
 }
 
-#[inline(always)]
-fn arg(ctx: &ProbeContext, n: usize) -> u64 {
-    ctx.arg::<u64>(n).unwrap_or(0)
-}
-
-/// nmemb * size, and whether it overflowed (the callee then fails with ENOMEM).
-#[inline(always)]
-fn array_size(nmemb: u64, size: u64) -> (u64, bool) {
-    // checked_mul needs a 128-bit multiply (__multi3), which BPF lacks, and LLVM turns
-    // the plain division test back into one; the volatile read keeps the division.
-    if nmemb | size < 1 << 32 {
-        return (nmemb * size, false);
-    }
-    let limit = u64::MAX / nmemb.max(1);
-    // SAFETY: reading a local.
-    let limit = unsafe { core::ptr::read_volatile(&limit) };
-    if nmemb != 0 && size > limit {
-        (u64::MAX, true)
-    } else {
-        (nmemb.wrapping_mul(size), false)
-    }
-}
-
+/// `f(size, ...)`: malloc, valloc, pvalloc, operator new (all variants), mallocx,
+/// mi_malloc and relatives.
 #[uprobe]
-pub fn malloc_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::MALLOC, arg(&ctx, 0), 0, 0)
+pub fn alloc_size0_entry(ctx: ProbeContext) -> u32 {
+    let c = call(&ctx);
+    alloc_entry(&c, kind::SIZE_FIRST, arg(&ctx, 0), 0, 0)
 }
 
+/// `f(alignment, size)`: aligned_alloc, memalign, mi_aligned_alloc.
+#[uprobe]
+pub fn alloc_size1_entry(ctx: ProbeContext) -> u32 {
+    let c = call(&ctx);
+    alloc_entry(&c, kind::SIZE_SECOND, arg(&ctx, 1), 0, 0)
+}
+
+/// `f(nmemb, size, ...)`: calloc, mi_calloc.
 #[uprobe]
 pub fn calloc_entry(ctx: ProbeContext) -> u32 {
+    let c = call(&ctx);
     let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
     let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
-    alloc_entry(func::CALLOC, size, 0, flags)
+    alloc_entry(&c, kind::CALLOC, size, 0, flags)
 }
 
+/// `f(ptr, size, ...)`: realloc, rallocx, mi_realloc.
 #[uprobe]
 pub fn realloc_entry_prog(ctx: ProbeContext) -> u32 {
-    realloc_entry(func::REALLOC, arg(&ctx, 0), arg(&ctx, 1), false)
+    let c = call(&ctx);
+    realloc_entry(&c, kind::REALLOC, arg(&ctx, 0), arg(&ctx, 1), false)
 }
 
+/// `f(ptr, nmemb, size)`: reallocarray, mi_reallocn.
 #[uprobe]
 pub fn reallocarray_entry(ctx: ProbeContext) -> u32 {
+    let c = call(&ctx);
     let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
-    realloc_entry(func::REALLOCARRAY, arg(&ctx, 0), size, overflow)
+    realloc_entry(&c, kind::REALLOCARRAY, arg(&ctx, 0), size, overflow)
 }
 
-#[uprobe]
-pub fn aligned_alloc_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::ALIGNED_ALLOC, arg(&ctx, 1), 0, 0)
-}
-
+/// `int f(void **memptr, alignment, size)`: posix_memalign, mi_posix_memalign.
 #[uprobe]
 pub fn posix_memalign_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0), 0)
-}
-
-#[uprobe]
-pub fn memalign_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::MEMALIGN, arg(&ctx, 1), 0, 0)
-}
-
-#[uprobe]
-pub fn valloc_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::VALLOC, arg(&ctx, 0), 0, 0)
-}
-
-#[uprobe]
-pub fn pvalloc_entry(ctx: ProbeContext) -> u32 {
-    alloc_entry(func::PVALLOC, arg(&ctx, 0), 0, 0)
+    let c = call(&ctx);
+    alloc_entry(&c, kind::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0), 0)
 }
 
 /// The one return program every allocating function shares: the pending entry says
-/// which function it was.
+/// which function and kind it was.
 #[uretprobe]
 pub fn alloc_return_prog(ctx: RetProbeContext) -> u32 {
     alloc_return(ctx.ret::<u64>())
 }
 
-/// `free(ptr)`: no return probe needed. A free inside another probed call (glibc's
-/// realloc(p, 0)) belongs to that call and is skipped.
+/// `f(ptr, ...)`: free, operator delete (all variants), dallocx, sdallocx, mi_free. No
+/// return probe: a release inside another probed call (glibc's realloc(p, 0) calling
+/// free) belongs to that call and is skipped; one forwarded by another free-like
+/// function is recognised by `account::release`.
 #[uprobe]
 pub fn free_entry(ctx: ProbeContext) -> u32 {
-    let id = current();
-    if account::inside_probed_call(id) || !account::is_counted(id) {
+    let c = call(&ctx);
+    if matches!(
+        account::nesting(c.pid_tgid, c.entry_sp, false),
+        Nesting::Nested
+    ) || !account::is_counted(c.pid_tgid)
+    {
         return 0;
     }
-    let tgid = tgid_of(id);
+    let tgid = tgid_of(c.pid_tgid);
     let Some(stats) = account::stats_of(tgid) else {
         return 0;
     };
-    account::count_call(stats, func::FREE);
     let ptr = arg(&ctx, 0);
     if ptr == 0 {
-        return 0;
-    }
-    match account::take_live(tgid, ptr) {
-        Some(size) => account::record_release(stats, func::FREE, size),
-        None => account::record_unmatched(stats),
+        // Counted at every layer: a NULL release leaves no trace to recognise a
+        // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).
+        account::count_call(stats, c.func);
+    } else {
+        account::release(stats, tgid, c.pid_tgid, c.func, ptr);
     }
     0
 }

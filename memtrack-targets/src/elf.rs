@@ -99,37 +99,43 @@ pub fn vaddr_to_file_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u64>
     })
 }
 
-/// The allocator functions defined by the ELF file at `elf_path`, one
-/// [`ProbeTarget`] per distinct address, in [`AllocFn::ALL`] order of their
-/// [`ProbeTarget::function`]. An object that defines none gives an empty list.
-///
-/// Each function's symbol is looked up in `.dynsym` first, then in `.symtab`
-/// (which static binaries that were not stripped have). A symbol qualifies if
-/// it is defined, of type `STT_FUNC`, and global or weak. `STT_GNU_IFUNC`
-/// symbols do not: their address is the resolver's, not the allocator's.
-///
-/// Symbol versions: when a name has several versions, the default one (`@@`,
-/// not flagged hidden in `.gnu.version`) wins over compatibility versions
-/// (`@`), which only binaries linked against old releases bind to and which
-/// are not probed. A name that only has compatibility versions is taken as is.
+/// Every allocator entry point `elf_path` defines (see [`AllocFn::from_symbol`] for the
+/// names), one target per distinct address: symbols at one address (glibc's
+/// `aligned_alloc` and `memalign`; tcmalloc's `tc_malloc` and `malloc`) become one
+/// target whose `function` is the first in [`AllocFn::ALL`] order and whose `aliases`
+/// list the others. `.dynsym` is searched first; `.symtab` (static executables) only
+/// for names `.dynsym` lacks. For a name with several versions the default (`@@`) one
+/// wins.
 pub fn allocator_targets(elf_path: &Path) -> Result<Vec<ProbeTarget>, Error> {
     let file = File::open(elf_path).map_err(|e| Error::io(elf_path, e))?;
     let cache = ReadCache::new(file);
     let elf = ElfReader::parse(&cache, elf_path)?;
 
+    let mut by_name = elf.matching_symbols(&elf.dynsym, elf.versions.as_ref())?;
+    for (name, found) in elf.matching_symbols(&elf.symtab, None)? {
+        by_name.entry(name).or_insert(found);
+    }
+    let mut named: Vec<(String, AllocFn, Candidate)> = by_name
+        .into_iter()
+        .map(|(name, (function, candidate))| (name, function, candidate))
+        .collect();
+    // Per address the first function in AllocFn order wins, and its canonical name
+    // (`free`, not its alias `cfree`) when the object has it.
+    named.sort_by(|a, b| (a.1, a.0 != a.1.name(), &a.0).cmp(&(b.1, b.0 != b.1.name(), &b.0)));
+
     let mut by_address: BTreeMap<u64, ProbeTarget> = BTreeMap::new();
-    for function in AllocFn::ALL {
-        let Some(found) = elf.find_function(function)? else {
-            continue;
-        };
+    for (name, function, candidate) in named {
+        let found = candidate.found;
         if let Some(existing) = by_address.get_mut(&found.address) {
-            existing.aliases.push(function);
+            if existing.function != function && !existing.aliases.contains(&function) {
+                existing.aliases.push(function);
+            }
             continue;
         }
         let file_offset = vaddr_to_file_offset(&elf.segments, found.address).ok_or_else(|| {
             Error::AddressNotInFile {
                 path: elf_path.to_owned(),
-                symbol: function.symbol().to_owned(),
+                symbol: name.clone(),
                 vaddr: found.address,
             }
         })?;
@@ -138,7 +144,7 @@ pub fn allocator_targets(elf_path: &Path) -> Result<Vec<ProbeTarget>, Error> {
             ProbeTarget {
                 function,
                 object: elf_path.to_owned(),
-                symbol: function.symbol().to_owned(),
+                symbol: name,
                 symbol_version: found.version,
                 symbol_address: found.address,
                 symbol_size: found.size,
@@ -148,8 +154,22 @@ pub fn allocator_targets(elf_path: &Path) -> Result<Vec<ProbeTarget>, Error> {
         );
     }
     let mut targets: Vec<ProbeTarget> = by_address.into_values().collect();
-    targets.sort_by_key(|t| t.function);
+    targets.sort_by(|a, b| (a.function, &a.symbol).cmp(&(b.function, &b.symbol)));
     Ok(targets)
+}
+
+/// Whether the executable at `path` names a dynamic loader (`PT_INTERP`): if so, its
+/// libraries are mapped after `execve`, by that loader, in user space.
+pub fn has_interpreter(path: &Path) -> Result<bool, Error> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let cache = ReadCache::new(file);
+    check_x86_64(&cache, path)?;
+    let header = elf::FileHeader64::<Endianness>::parse(&cache).map_err(|e| Error::elf(path, e))?;
+    let endian = header.endian().map_err(|e| Error::elf(path, e))?;
+    let headers = header
+        .program_headers(endian, &cache)
+        .map_err(|e| Error::elf(path, e))?;
+    Ok(headers.iter().any(|ph| ph.p_type(endian) == elf::PT_INTERP))
 }
 
 /// The `PT_LOAD` segments of the ELF file at `elf_path`.
@@ -249,34 +269,28 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
         })
     }
 
-    /// `function`'s symbol: from `.dynsym` if it is there, else `.symtab`.
-    fn find_function(&self, function: AllocFn) -> Result<Option<FoundSymbol>, Error> {
-        let dynamic = self.best_candidate(&self.dynsym, self.versions.as_ref(), function)?;
-        if dynamic.is_some() {
-            return Ok(dynamic);
-        }
-        self.best_candidate(&self.symtab, None, function)
-    }
-
-    fn best_candidate(
+    /// The allocator symbols of one table, best candidate per name.
+    fn matching_symbols(
         &self,
         table: &SymbolTable<'data, elf::FileHeader64<Endianness>, R>,
         versions: Option<&VersionTable<'data, elf::FileHeader64<Endianness>>>,
-        function: AllocFn,
-    ) -> Result<Option<FoundSymbol>, Error> {
-        let mut best: Option<Candidate> = None;
+    ) -> Result<BTreeMap<String, (AllocFn, Candidate)>, Error> {
+        let mut best: BTreeMap<String, (AllocFn, Candidate)> = BTreeMap::new();
         for (index, sym) in table.enumerate() {
-            let Some(candidate) = self.candidate(table, versions, index, sym, function)? else {
+            let Some((name, function, candidate)) = self.candidate(table, versions, index, sym)?
+            else {
                 continue;
             };
             // The first default-version symbol wins; a compatibility version
             // only until a default one shows up.
-            match &best {
-                Some(b) if b.default_version || !candidate.default_version => {}
-                _ => best = Some(candidate),
+            match best.get(&name) {
+                Some((_, b)) if b.default_version || !candidate.default_version => {}
+                _ => {
+                    best.insert(name, (function, candidate));
+                }
             }
         }
-        Ok(best.map(|c| c.found))
+        Ok(best)
     }
 
     fn candidate(
@@ -285,8 +299,7 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
         versions: Option<&VersionTable<'data, elf::FileHeader64<Endianness>>>,
         index: SymbolIndex,
         sym: &elf::Sym64<Endianness>,
-        function: AllocFn,
-    ) -> Result<Option<Candidate>, Error> {
+    ) -> Result<Option<(String, AllocFn, Candidate)>, Error> {
         let endian = self.endian;
         if sym.st_shndx(endian) == elf::SHN_UNDEF
             || sym.st_type() != elf::STT_FUNC
@@ -302,9 +315,12 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
         // or `name@VER` (compatibility). `.dynsym` names never contain '@';
         // their versions live in `.gnu.version`.
         let (name, mut version, mut default_version) = split_versioned_name(raw_name);
-        if name != function.symbol().as_bytes() {
+        let Ok(name) = std::str::from_utf8(name) else {
             return Ok(None);
-        }
+        };
+        let Some(function) = AllocFn::from_symbol(name) else {
+            return Ok(None);
+        };
         if let Some(versions) = versions {
             let version_index = versions.version_index(endian, index);
             default_version = !version_index.is_hidden();
@@ -313,14 +329,18 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
                 .map_err(|e| Error::elf(self.path, e))?
                 .map(|v| String::from_utf8_lossy(v.name()).into_owned());
         }
-        Ok(Some(Candidate {
-            found: FoundSymbol {
-                address: sym.st_value(endian),
-                size: sym.st_size(endian),
-                version,
+        Ok(Some((
+            name.to_string(),
+            function,
+            Candidate {
+                found: FoundSymbol {
+                    address: sym.st_value(endian),
+                    size: sym.st_size(endian),
+                    version,
+                },
+                default_version,
             },
-            default_version,
-        }))
+        )))
     }
 }
 
@@ -481,7 +501,9 @@ mod tests {
     #[test]
     fn libc_defines_every_function_once_per_address() {
         let targets = libc_targets();
-        for f in AllocFn::ALL {
+        // The standard C functions (glibc has no C++ or jemalloc/mimalloc API).
+        for f in &AllocFn::ALL[..10] {
+            let f = *f;
             let n = targets.iter().filter(|t| t.covers(f)).count();
             assert_eq!(n, 1, "{f} covered {n} times: {targets:#?}");
         }

@@ -40,15 +40,17 @@
 #![warn(missing_docs)]
 
 pub mod alloc_fn;
+pub mod dynamic_loader;
 pub mod elf;
 mod error;
 pub mod maps;
 pub mod probe_site;
 pub mod process;
 
-pub use alloc_fn::AllocFn;
+pub use alloc_fn::{AllocFn, Kind};
+pub use dynamic_loader::debug_state_address;
 pub use elf::{
-    LoadSegment, ProbeTarget, allocator_targets, function_bytes, load_segments,
+    LoadSegment, ProbeTarget, allocator_targets, function_bytes, has_interpreter, load_segments,
     vaddr_to_file_offset,
 };
 pub use error::Error;

@@ -67,7 +67,7 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
             });
             continue;
         }
-        match allocator_targets(&object.path) {
+        match cached_targets(&object) {
             Ok(targets) => {
                 result.objects_scanned.push(object.path);
                 result.targets.extend(targets);
@@ -78,13 +78,37 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
             }),
         }
     }
-    if result.targets_for(AllocFn::Malloc).next().is_none() {
+    if !result
+        .targets
+        .iter()
+        .any(|t| t.functions().any(|f| f.has_return_probe()))
+    {
         return Err(Error::NoAllocator {
             pid,
             objects_scanned: result.objects_scanned,
         });
     }
     Ok(result)
+}
+
+/// [`allocator_targets`] of a mapped object, remembered by (path, device, inode): a
+/// tracker that follows many processes (a shell script, `cargo bench`) sees the same
+/// libraries again and again, and the follower rescans mappings while a new image's
+/// loader works.
+fn cached_targets(object: &crate::MappedObject) -> Result<Vec<crate::ProbeTarget>, Error> {
+    type Key = (std::path::PathBuf, (u32, u32), u64);
+    static CACHE: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<Key, Vec<crate::ProbeTarget>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let key = (object.path.clone(), object.dev, object.inode);
+    if let Some(found) = CACHE.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(found);
+    }
+    let found = allocator_targets(&object.path)?;
+    if let Ok(mut cache) = CACHE.lock() {
+        cache.insert(key, found.clone());
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -1,0 +1,143 @@
+//! Where the dynamic loader tells debuggers that its list of loaded objects changed.
+//!
+//! This module exists because a new image's libraries are mapped by the dynamic loader
+//! in user space after `execve`, and `dlopen` maps more later: a tracker must probe
+//! each new allocator after it is mapped and before its code runs. glibc's and musl's
+//! loaders call the empty function `_dl_debug_state` (the `r_brk` of `struct r_debug`,
+//! the hook debuggers break on) after mapping and before running initializers, both at
+//! startup and in `dlopen`. A breakpoint there gives exactly that moment.
+
+use std::path::Path;
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, Sym};
+use object::{Endianness, ReadCache};
+
+use crate::{Error, MappingKind, maps::parse_maps_bytes};
+
+/// The loader hook's name.
+pub const DEBUG_STATE_SYMBOL: &str = "_dl_debug_state";
+
+/// The runtime address of `_dl_debug_state` in process `pid`, if a dynamic loader that
+/// defines it is mapped (None for static executables and unknown loaders).
+pub fn debug_state_address(pid: u32) -> Result<Option<u64>, Error> {
+    let maps_path = format!("/proc/{pid}/maps");
+    let text = match std::fs::read(&maps_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::ProcessGone { pid });
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+            return Err(Error::ProcessGone { pid });
+        }
+        Err(e) => return Err(Error::io(maps_path, e)),
+    };
+    let lines = parse_maps_bytes(&text);
+    let mut seen: Vec<&Path> = Vec::new();
+    for line in &lines {
+        let MappingKind::File {
+            path,
+            deleted: false,
+        } = &line.kind
+        else {
+            continue;
+        };
+        let is_loader = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("ld-"));
+        if !is_loader || seen.contains(&path.as_path()) {
+            continue;
+        }
+        seen.push(path);
+        let Some(file_offset) = symbol_file_offset(path, DEBUG_STATE_SYMBOL)? else {
+            continue;
+        };
+        // The mapping of this file that covers that offset gives the runtime address.
+        let covering = lines.iter().find(|l| {
+            matches!(&l.kind, MappingKind::File { path: p, .. } if p == path)
+                && l.offset <= file_offset
+                && file_offset < l.offset + (l.end - l.start)
+        });
+        if let Some(l) = covering {
+            return Ok(Some(l.start + (file_offset - l.offset)));
+        }
+    }
+    Ok(None)
+}
+
+/// The file offset of a defined function symbol of the ELF file at `path`, looked up in
+/// `.dynsym` and then `.symtab`.
+pub fn symbol_file_offset(path: &Path, name: &str) -> Result<Option<u64>, Error> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let data = ReadCache::new(file);
+    let header = elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| Error::elf(path, e))?;
+    let endian = header.endian().map_err(|e| Error::elf(path, e))?;
+    let sections = header
+        .sections(endian, &data)
+        .map_err(|e| Error::elf(path, e))?;
+    let mut address = None;
+    for kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
+        let table = sections
+            .symbols(endian, &data, kind)
+            .map_err(|e| Error::elf(path, e))?;
+        for sym in table.iter() {
+            if sym.st_shndx(endian) == elf::SHN_UNDEF || sym.st_type() != elf::STT_FUNC {
+                continue;
+            }
+            let sym_name = table
+                .symbol_name(endian, sym)
+                .map_err(|e| Error::elf(path, e))?;
+            let plain = sym_name.split(|&b| b == b'@').next().unwrap_or(sym_name);
+            if plain == name.as_bytes() {
+                address = Some(sym.st_value(endian));
+                break;
+            }
+        }
+        if address.is_some() {
+            break;
+        }
+    }
+    let Some(vaddr) = address else {
+        return Ok(None);
+    };
+    let segments = header
+        .program_headers(endian, &data)
+        .map_err(|e| Error::elf(path, e))?;
+    Ok(segments
+        .iter()
+        .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
+        .find(|ph| {
+            let start = ph.p_vaddr(endian);
+            start <= vaddr && vaddr < start + ph.p_filesz(endian)
+        })
+        .map(|ph| vaddr - ph.p_vaddr(endian) + ph.p_offset(endian)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test process was started by the dynamic loader: its hook must be found,
+    /// and the byte there must be the loader's code (`ret`, or `endbr64; ret`).
+    #[test]
+    fn finds_the_loader_hook_of_this_process() {
+        let address = debug_state_address(std::process::id())
+            .unwrap()
+            .expect("a dynamically linked test binary has a loader");
+        // SAFETY: the address is in this process's mapped, readable loader text.
+        let first = unsafe { std::ptr::read_volatile(address as *const u8) };
+        assert!(
+            first == 0xc3 || first == 0xf3,
+            "byte {first:#x} at {address:#x}"
+        );
+    }
+
+    #[test]
+    fn a_missing_process_is_process_gone() {
+        assert!(matches!(
+            debug_state_address(u32::MAX - 1),
+            Err(Error::ProcessGone { .. })
+        ));
+    }
+}
