@@ -423,7 +423,10 @@ impl FollowState {
         if regs.rip != hook.address + 1 {
             return false;
         }
-        self.attach_now(tgid);
+        let found = self.attach_now(tgid);
+        if debug_follow() {
+            eprintln!("memtrack: loader hook in process {tgid}: allocator mapped: {found}");
+        }
         // Emulate `ret`: the function does nothing else.
         let mut ret = [0u8; 8];
         if read_mem(tid, regs.rsp, &mut ret).is_err() {
@@ -488,6 +491,9 @@ impl FollowState {
     }
 
     fn on_exit(&mut self, tid: u32, code: Option<i32>, signal: Option<i32>) {
+        if debug_follow() {
+            self.shared.engine.lock().debug_pending();
+        }
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };
@@ -618,4 +624,11 @@ fn write_mem(pid: u32, address: u64, bytes: &[u8]) -> std::io::Result<()> {
         .write(true)
         .open(format!("/proc/{pid}/mem"))?;
     mem.write_all_at(bytes, address)
+}
+
+/// MEMTRACK_DEBUG_FOLLOW=1 makes the follower say on stderr what it does (loader hook
+/// hits, calls still in progress when a process exits): a debugging aid.
+fn debug_follow() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("MEMTRACK_DEBUG_FOLLOW").is_some_and(|v| v == "1"))
 }

@@ -440,6 +440,19 @@ impl Engine {
         }
     }
 
+    /// Prints the calls in progress (debugging aid, MEMTRACK_DEBUG_FOLLOW).
+    pub(crate) fn debug_pending(&mut self) {
+        if let Some(map) = self.ebpf.map("PENDING") {
+            let pending: Result<HashMap<&MapData, u64, memtrack_common::Pending>, _> =
+                HashMap::try_from(map);
+            if let Ok(pending) = pending {
+                for entry in pending.iter().flatten() {
+                    eprintln!("memtrack: pending {:?}", entry);
+                }
+            }
+        }
+    }
+
     /// The raw counters of `pid`.
     pub(crate) fn read_stats(&self, pid: u32) -> Result<PidStats> {
         match self.stats.get(&pid, 0) {
