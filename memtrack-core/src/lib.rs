@@ -25,6 +25,7 @@
 //! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
 //! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
 
+mod detach;
 mod error;
 mod follow;
 mod loader;

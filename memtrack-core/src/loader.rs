@@ -130,7 +130,7 @@ pub(crate) struct Engine {
     live: HashMap<MapData, LiveKey, u64>,
     global: Array<MapData, u64>,
     processes: BTreeMap<u32, ProcessLinks>,
-    _syscall_links: Vec<TracePointLinkId>,
+    syscall_links: Vec<(&'static str, TracePointLinkId)>,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
     /// object, not once per process.
@@ -209,11 +209,12 @@ impl Engine {
                 .try_into()
                 .map_err(program_err(name))?;
             program.load().map_err(program_err(name))?;
-            syscall_links.push(
+            syscall_links.push((
+                name,
                 program
                     .attach(category, tracepoint)
                     .map_err(program_err(name))?,
-            );
+            ));
         }
 
         let tracked = take_map(&mut ebpf, "TRACKED")?;
@@ -227,7 +228,7 @@ impl Engine {
             live,
             global,
             processes: BTreeMap::new(),
-            _syscall_links: syscall_links,
+            syscall_links,
             placement,
             sites: std::collections::HashMap::new(),
         })
@@ -385,11 +386,11 @@ impl Engine {
             return;
         };
         let taken = self.take_links(links.links);
-        close_in_parallel(taken);
+        crate::detach::close_later(taken);
     }
 
-    fn take_links(&mut self, links: Vec<Link>) -> Vec<aya::programs::uprobe::UProbeLink> {
-        let mut taken = Vec::with_capacity(links.len());
+    fn take_links(&mut self, links: Vec<Link>) -> Vec<crate::detach::Detachable> {
+        let mut taken: Vec<crate::detach::Detachable> = Vec::with_capacity(links.len());
         for link in links {
             if let Some(program) = self.ebpf.program_mut(link.program) {
                 let program: Result<&mut UProbe, _> = program.try_into();
@@ -397,7 +398,7 @@ impl Engine {
                 if let Ok(program) = program
                     && let Ok(link) = program.take_link(link.id)
                 {
-                    taken.push(link);
+                    taken.push(Box::new(link));
                 }
             }
         }
@@ -474,32 +475,43 @@ impl Engine {
     }
 }
 
-impl Drop for Engine {
-    fn drop(&mut self) {
+impl Engine {
+    /// Stops counting everywhere and takes every link out, for closing.
+    fn take_all_links(&mut self) -> Vec<crate::detach::Detachable> {
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        for pid in pids {
+            let _ = self.tracked.remove(&pid);
+        }
         let all: Vec<Link> = std::mem::take(&mut self.processes)
             .into_values()
             .flat_map(|p| p.links)
             .collect();
-        let taken = self.take_links(all);
-        close_in_parallel(taken);
+        let mut taken = self.take_links(all);
+        for (program, id) in std::mem::take(&mut self.syscall_links) {
+            if let Some(p) = self.ebpf.program_mut(program) {
+                let p: Result<&mut TracePoint, _> = p.try_into();
+                if let Ok(p) = p
+                    && let Ok(link) = p.take_link(id)
+                {
+                    taken.push(Box::new(link));
+                }
+            }
+        }
+        taken
+    }
+
+    /// Detaches every probe and waits until the kernel is done (see `detach`).
+    pub(crate) fn detach_all_now(&mut self) {
+        let links = self.take_all_links();
+        crate::detach::close_now(links);
     }
 }
 
-/// Closes uprobe links on several threads at once. Each close of a uprobe perf event
-/// waits for RCU grace periods in the kernel, and the kernel serialises most of that
-/// work: measured here, 19 links took 3.2 s closed one after the other and 2.7 s closed
-/// concurrently. (uprobe_multi links, one per program, would need one wait in all;
-/// aya 0.14 cannot create them.)
-fn close_in_parallel(links: Vec<aya::programs::uprobe::UProbeLink>) {
-    if links.len() <= 1 {
-        drop(links);
-        return;
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let links = self.take_all_links();
+        crate::detach::close_later(links);
     }
-    std::thread::scope(|scope| {
-        for link in links {
-            scope.spawn(move || drop(link));
-        }
-    });
 }
 
 fn missing_program(name: &str) -> Error {
