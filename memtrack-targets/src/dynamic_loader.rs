@@ -13,7 +13,7 @@ use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, Sym};
 use object::{Endianness, ReadCache};
 
-use crate::{Error, MappingKind, maps::parse_maps_bytes};
+use crate::{Error, MappingKind, maps::read_maps};
 
 /// The loader hook's name.
 pub const DEBUG_STATE_SYMBOL: &str = "_dl_debug_state";
@@ -21,18 +21,7 @@ pub const DEBUG_STATE_SYMBOL: &str = "_dl_debug_state";
 /// The runtime address of `_dl_debug_state` in process `pid`, if a dynamic loader that
 /// defines it is mapped (None for static executables and unknown loaders).
 pub fn debug_state_address(pid: u32) -> Result<Option<u64>, Error> {
-    let maps_path = format!("/proc/{pid}/maps");
-    let text = match std::fs::read(&maps_path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::ProcessGone { pid });
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-            return Err(Error::ProcessGone { pid });
-        }
-        Err(e) => return Err(Error::io(maps_path, e)),
-    };
-    let lines = parse_maps_bytes(&text);
+    let lines = read_maps(pid)?;
     let mut seen: Vec<&Path> = Vec::new();
     for line in &lines {
         let MappingKind::File {

@@ -57,6 +57,6 @@ pub use error::Error;
 /// The register type of [`choose_entry_site`] and
 /// [`AllocFn::argument_registers`], re-exported from `iced-x86`.
 pub use iced_x86::Register;
-pub use maps::{MappedObject, MappingKind, MapsLine, Perms, mapped_objects, parse_maps};
+pub use maps::{MappedObject, MappingKind, MapsLine, Perms, mapped_objects, parse_maps, read_maps};
 pub use probe_site::{ProbeSite, choose_entry_site, entry_site};
 pub use process::{ProcessTargets, SkippedObject, process_targets};

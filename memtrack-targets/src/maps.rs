@@ -224,22 +224,22 @@ fn unescape_newlines(name: &[u8]) -> Vec<u8> {
 ///
 /// Returns [`Error::ProcessGone`] if `/proc/PID/maps` does not exist.
 pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, Error> {
-    let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
-    let text = match std::fs::read(&maps_path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::ProcessGone { pid });
-        }
-        // Reading the maps of a process that exits meanwhile can fail with
-        // ESRCH.
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-            return Err(Error::ProcessGone { pid });
-        }
-        Err(e) => return Err(Error::io(maps_path, e)),
-    };
-    Ok(executable_objects(&parse_maps_bytes(&text), |path| {
+    Ok(executable_objects(&read_maps(pid)?, |path| {
         is_elf_or_unreadable(path)
     }))
+}
+
+/// Every line of `/proc/PID/maps`, parsed; [`Error::ProcessGone`] if the process does
+/// not exist (any more).
+pub fn read_maps(pid: u32) -> Result<Vec<MapsLine>, Error> {
+    let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
+    match std::fs::read(&maps_path) {
+        Ok(text) => Ok(parse_maps_bytes(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::ProcessGone { pid }),
+        // Reading the maps of a process that exits meanwhile can fail with ESRCH.
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(Error::ProcessGone { pid }),
+        Err(e) => Err(Error::io(maps_path, e)),
+    }
 }
 
 /// The selection of [`mapped_objects`] over parsed lines; `keep_file` says
