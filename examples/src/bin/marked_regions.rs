@@ -21,7 +21,10 @@
 use fifo_protocol::{FifoClient, Marker, now_ns};
 
 /// Allocations outside every region, which the runner must not count.
-#[allow(clippy::vec_box, reason = "each Box is one heap block: that is the point")]
+#[allow(
+    clippy::vec_box,
+    reason = "each Box is one heap block: that is the point"
+)]
 fn noise(n: usize) -> Vec<Box<[u8; 333]>> {
     (0..n).map(|_| Box::new([7u8; 333])).collect()
 }
