@@ -1,0 +1,287 @@
+//! memtrack-divan end to end, through the `divan_suite` example binary (three benchmarks
+//! with known allocations): in-process it prints the exact table after divan's output
+//! and saves one result file that `MemtrackResult::read_dir` (what `memtrack report`
+//! uses) reads back with the exact numbers; under the runner each benchmark is one exact
+//! region; without privileges and without the runner it says so in one line and divan
+//! still runs.
+
+use std::{
+    os::{fd::AsRawFd, unix::fs::MetadataExt, unix::fs::PermissionsExt},
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_divan_suite");
+/// Benchmark, few samples: the counts do not depend on them.
+const ARGS: [&str; 3] = ["--bench", "--sample-count", "3"];
+
+fn privileged() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
+}
+
+/// Skip loudly (on the real stderr), or fail when CI requires privileges.
+fn require_privileges(test: &str) -> bool {
+    use std::io::Write;
+    if privileged() {
+        return true;
+    }
+    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON");
+    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    let _ = writeln!(std::io::stderr(), "{message}");
+    false
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines of `stderr` that memtrack wrote.
+fn memtrack_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("memtrack"))
+        .collect()
+}
+
+type Numbers = (u64, u64, u64, u64, u64, u64, u64, u64);
+
+/// (alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes,
+/// peak_live_bytes, failed + unmatched + lost)
+fn numbers(s: &memtrack::Stats) -> Numbers {
+    (
+        s.alloc_calls,
+        s.bytes_allocated,
+        s.free_calls,
+        s.bytes_freed,
+        s.live_blocks,
+        s.live_bytes,
+        s.peak_live_bytes,
+        s.failed_allocs + s.unmatched_frees + s.lost_events,
+    )
+}
+
+/// The suite's benchmarks in divan's (alphabetical) order, with their exact numbers.
+const EXPECTED: [(&str, Numbers); 3] = [
+    ("divan_suite::boxed_kib", (1, 1024, 0, 0, 1, 1024, 1024, 0)),
+    ("divan_suite::three_blocks", (3, 192, 3, 192, 0, 0, 192, 0)),
+    (
+        "divan_suite::vec_grow_100",
+        (6, 2016, 5, 992, 1, 1024, 1024, 0),
+    ),
+];
+
+fn run_in_process(out: &Path) -> Output {
+    let output = Command::new(BIN)
+        .args(ARGS)
+        .env("MEMTRACK_OUTPUT_DIR", out)
+        .env_remove("MEMTRACK_FIFO_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    output
+}
+
+#[test]
+fn in_process_divan_prints_the_exact_table_and_saves_results() {
+    if !require_privileges("in_process_divan_prints_the_exact_table") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let output = run_in_process(out.path());
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        memtrack_lines(&stderr),
+        vec![
+            "memtrack: not under `memtrack run`: counting allocations in-process with eBPF \
+             (measuring thread only)"
+        ],
+        "{stderr}"
+    );
+
+    // divan's own table first, with timings ...
+    let ours = stdout
+        .find("memtrack: one iteration")
+        .unwrap_or_else(|| panic!("no memtrack table in:\n{stdout}"));
+    let divan = &stdout[..ours];
+    for name in ["boxed_kib", "three_blocks", "vec_grow_100"] {
+        assert!(divan.contains(name), "{divan}");
+    }
+    assert!(divan.contains("median"), "divan benchmarked:\n{divan}");
+    // ... then memtrack's, exactly.
+    let dir = out.path().join("divan/divan_suite");
+    let expected = format!(
+        "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n\
+         benchmark                  allocs  allocated  peak live  live at end\n\
+         divan_suite::boxed_kib          1    1,024 B    1,024 B      1,024 B\n\
+         divan_suite::three_blocks       3      192 B      192 B          0 B\n\
+         divan_suite::vec_grow_100       6    2,016 B    1,024 B      1,024 B\n\
+         memtrack: saved in {0} (read it with `memtrack report {0}`)\n",
+        dir.display()
+    );
+    assert_eq!(&stdout[ours..], expected);
+
+    // One result file for the process, with every benchmark, read as `memtrack report`
+    // reads it.
+    let results = MemtrackResult::read_dir(&dir).unwrap();
+    assert_eq!(results.len(), 1, "{results:#?}");
+    let result = &results[0];
+    assert!(
+        result
+            .command
+            .first()
+            .is_some_and(|c| c.ends_with("divan_suite")),
+        "{:?}",
+        result.command
+    );
+    let got: Vec<(&str, Numbers)> = result
+        .benchmarks
+        .iter()
+        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .collect();
+    assert_eq!(got, EXPECTED);
+    // The process's stats are the sum of its benchmarks (peak: the highest).
+    assert_eq!(
+        numbers(&result.stats),
+        (10, 3232, 8, 1184, 2, 2048, 1024, 0)
+    );
+    let report = memtrack::report::render_text(&results);
+    for (uri, _) in EXPECTED {
+        assert!(
+            report.contains(&format!("benchmark {uri} (process")),
+            "{report}"
+        );
+    }
+
+    // Run again: the directory holds the latest run only.
+    run_in_process(out.path());
+    let again = MemtrackResult::read_dir(&dir).unwrap();
+    assert_eq!(again.len(), 1, "{again:#?}");
+    assert_ne!(again[0].pid, result.pid);
+    let got: Vec<(&str, Numbers)> = again[0]
+        .benchmarks
+        .iter()
+        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .collect();
+    assert_eq!(got, EXPECTED);
+}
+
+#[test]
+fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
+    if !require_privileges("under_the_runner_each_divan_benchmark_is_one_exact_region") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
+    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let spec = CommandSpec::new(BIN)
+        .args(ARGS)
+        .fd(1, stdout.as_raw_fd())
+        .fd(2, stderr.as_raw_fd());
+    let options = RunOptions {
+        output: Some(dir.path().join("results")),
+        run_as: None,
+    };
+    let outcome = memtrack::runner::run(spec, &options).unwrap();
+    assert_eq!(outcome.exit.code, Some(0));
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert_eq!(
+        memtrack_lines(&stderr),
+        vec![
+            "memtrack: under `memtrack run`: the runner counts one iteration of each memtrack \
+             benchmark and reports it"
+        ],
+        "{stderr}"
+    );
+    let stdout = std::fs::read_to_string(dir.path().join("stdout")).unwrap();
+    assert!(
+        stdout.ends_with(
+            "memtrack: `memtrack run` counted one iteration of each benchmark: see its report\n"
+        ),
+        "{stdout}"
+    );
+    let got: Vec<(&str, Numbers)> = outcome
+        .benchmarks
+        .iter()
+        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .collect();
+    assert_eq!(got, EXPECTED, "{:#?}", outcome.benchmarks);
+    let read = MemtrackResult::read_dir(&dir.path().join("results")).unwrap();
+    assert_eq!(read, outcome.results);
+}
+
+/// A copy of `bin` in `dir`, which user nobody can then enter (0755).
+fn copy_for_nobody(bin: &str, dir: &Path) -> PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join(Path::new(bin).file_name().unwrap());
+    std::fs::copy(bin, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+#[test]
+fn without_privileges_divan_says_so_once_and_still_runs() {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root && privileged() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED without_privileges (divan): has CAP_BPF/CAP_PERFMON but is not root, \
+             so cannot become user nobody"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = copy_for_nobody(BIN, dir.path());
+    let mut command = if root {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin);
+        c
+    } else {
+        Command::new(&bin)
+    };
+    let output = command
+        .args(ARGS)
+        .env("MEMTRACK_OUTPUT_DIR", dir.path().join("memtrack"))
+        .env_remove("MEMTRACK_FIFO_DIR")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        memtrack_lines(&stderr),
+        vec![
+            "memtrack: not under `memtrack run` and no CAP_BPF/CAP_PERFMON: allocation counts \
+             disabled, timing only"
+        ],
+        "{stderr}"
+    );
+    // divan ran and timed every benchmark; memtrack printed and saved nothing.
+    assert!(stdout.contains("median"), "{stdout}");
+    for name in ["boxed_kib", "three_blocks", "vec_grow_100"] {
+        assert!(stdout.contains(&format!("─ {name} ")), "{name}:\n{stdout}");
+    }
+    assert!(!stdout.contains("memtrack"), "{stdout}");
+    assert!(!dir.path().join("memtrack").exists());
+}

@@ -1,0 +1,106 @@
+//! The measurements and `measure_once` in this process, without criterion's loop: a
+//! batch's value is exactly what its iterations allocate, nothing of memtrack's own
+//! work, and `measure_once` returns and saves one iteration's full counts. Needs root or
+//! CAP_BPF+CAP_PERFMON (skipped loudly otherwise, failed under
+//! MEMTRACK_REQUIRE_PRIVILEGED=1).
+
+use std::hint::black_box;
+
+use criterion::measurement::Measurement;
+use memtrack_criterion::{AllocatedBytes, AllocationCalls, Mode};
+
+fn privileged() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
+}
+
+fn require_privileges(test: &str) -> bool {
+    use std::io::Write;
+    if privileged() && std::env::var_os("MEMTRACK_FIFO_DIR").is_none() {
+        return true;
+    }
+    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON, outside the runner");
+    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    let _ = writeln!(std::io::stderr(), "{message}");
+    false
+}
+
+fn three_blocks() -> usize {
+    let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|i| Box::new([i as u8; 64]));
+    black_box(&blocks).len()
+}
+
+#[test]
+fn a_batch_measures_exactly_its_iterations() {
+    if !require_privileges("a_batch_measures_exactly_its_iterations") {
+        return;
+    }
+    assert_eq!(memtrack_criterion::mode(), Mode::InProcess);
+    let bytes = AllocatedBytes::new();
+    let calls = AllocationCalls::new();
+    assert!(bytes.is_counting() && calls.is_counting());
+    for iterations in [1, 10, 100] {
+        let started = bytes.start();
+        for _ in 0..iterations {
+            black_box(three_blocks());
+        }
+        assert_eq!(bytes.end(started), 192 * iterations);
+
+        let started = calls.start();
+        for _ in 0..iterations {
+            black_box(three_blocks());
+        }
+        assert_eq!(calls.end(started), 3 * iterations);
+    }
+    // Nothing allocated: exactly zero (memtrack's own work is not counted).
+    let started = bytes.start();
+    assert_eq!(bytes.end(started), 0);
+    assert_eq!(bytes.to_f64(&192), 192.0);
+    assert_eq!(bytes.formatter().format_value(192.0), "192.00 B");
+    assert_eq!(calls.formatter().format_value(3.0), "3.0000 allocs");
+}
+
+#[test]
+fn measure_once_returns_and_saves_one_iteration() {
+    if !require_privileges("measure_once_returns_and_saves_one_iteration") {
+        return;
+    }
+    let id = format!("in_process_test/vec_{}", std::process::id());
+    let stats = memtrack_criterion::measure_once(&id, || vec![1u8; 1000]).expect("in-process");
+    // The returned vector is dropped after the count: still live at its end.
+    assert_eq!(
+        (
+            stats.alloc_calls,
+            stats.bytes_allocated,
+            stats.free_calls,
+            stats.live_bytes,
+            stats.peak_live_bytes,
+            stats.lost_events
+        ),
+        (1, 1000, 0, 1000, 1000, 0)
+    );
+    let dir = memtrack_criterion::result_dir(&id);
+    assert!(dir.ends_with(format!(
+        "criterion/in_process_test/vec_{}",
+        std::process::id()
+    )));
+    let saved = memtrack::MemtrackResult::read_dir(&dir).unwrap();
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0].pid, std::process::id());
+    assert_eq!(saved[0].benchmarks.len(), 1);
+    assert_eq!(saved[0].benchmarks[0].uri, id);
+    assert_eq!(saved[0].benchmarks[0].stats, stats);
+    assert!(
+        memtrack_criterion::results()
+            .iter()
+            .any(|b| b.uri == id && b.stats == stats)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,392 @@
+//! The process-wide measuring session: how allocations are counted here (under the
+//! runner, in-process, or not at all), decided once and announced in one line on stderr,
+//! and how one iteration of a routine is counted and saved as a result file.
+//!
+//! Shared by `memtrack-criterion` and `memtrack-divan` (each passes its own name), so
+//! every harness picks its mode, counts and saves the same way.
+#![warn(missing_docs)]
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Mutex, MutexGuard, OnceLock},
+};
+
+use fifo_protocol::{FifoClient, IntegrationMode, Marker, now_ns};
+use memtrack::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, Tracker};
+
+/// How this process counts allocations, decided once (on first use) and announced in
+/// one line on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Running under `memtrack run`: the runner counts, in the kernel, one iteration of
+    /// each benchmark, bracketed over its FIFO; this process sees no numbers and writes
+    /// no result files (the runner reports and saves them).
+    Runner,
+    /// Not under the runner, but privileged (root, or CAP_BPF and CAP_PERFMON): a
+    /// [`memtrack::Tracker`] in this process counts the allocations of the measuring
+    /// thread only ([`Scope::Thread`]), so harness threads are not counted.
+    InProcess,
+    /// Neither: allocations are not counted; benchmarks still run (timing only).
+    Disabled,
+}
+
+/// Where the counting happens.
+pub enum Backend {
+    /// Connected to `memtrack run`.
+    Runner(FifoClient),
+    /// A thread-scoped tracker of this process.
+    InProcess(Tracker),
+    /// Nothing counts.
+    Disabled,
+}
+
+/// The one session of this process.
+pub struct Session {
+    /// How this process counts.
+    pub backend: Backend,
+    /// How many times each uri was measured in this process (to name repeats apart).
+    measured: HashMap<String, u32>,
+    /// The benchmarks counted in-process so far, in order.
+    pub recorded: Vec<BenchmarkStats>,
+}
+
+static SESSION: OnceLock<Mutex<Session>> = OnceLock::new();
+
+/// The session's mode, readable without taking the session's lock.
+static MODE: OnceLock<Mode> = OnceLock::new();
+
+/// The session, detected and announced on first use. Locked: measuring is serialised,
+/// so two threads cannot share the thread-scoped tracker or a region at once. Never
+/// call it from inside a measured routine (the lock is not re-entrant).
+pub fn session(integration: &str) -> MutexGuard<'static, Session> {
+    SESSION
+        .get_or_init(|| Mutex::new(Session::detect(integration)))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The [`Mode`] of the session (detecting it if needed). Once detected, it is read
+/// without the session's lock, so it may be called from anywhere.
+pub fn mode(integration: &str) -> Mode {
+    match MODE.get() {
+        Some(mode) => *mode,
+        None => session(integration).mode(),
+    }
+}
+
+/// Announces the protocol version and the integration, and checks that the runner
+/// measures memory.
+fn handshake(client: &mut FifoClient, integration: &str) -> Result<(), String> {
+    client.set_version().map_err(|e| e.to_string())?;
+    client
+        .set_integration(integration, env!("CARGO_PKG_VERSION"))
+        .map_err(|e| e.to_string())?;
+    match client.integration_mode().map_err(|e| e.to_string())? {
+        IntegrationMode::Memory => Ok(()),
+        other => Err(format!("the runner measures {other:?}, not memory")),
+    }
+}
+
+impl Session {
+    fn detect(integration: &str) -> Session {
+        let (backend, line) = Self::choose(integration);
+        eprintln!("{line}");
+        let session = Session {
+            backend,
+            measured: HashMap::new(),
+            recorded: Vec::new(),
+        };
+        let _ = MODE.set(session.mode());
+        session
+    }
+
+    /// The backend and the one line that announces it.
+    fn choose(integration: &str) -> (Backend, String) {
+        let not_runner = match FifoClient::from_env() {
+            None => "not under `memtrack run`".to_string(),
+            Some(Ok(mut client)) => match handshake(&mut client, integration) {
+                Ok(()) => {
+                    return (
+                        Backend::Runner(client),
+                        "memtrack: under `memtrack run`: the runner counts one iteration of \
+                         each memtrack benchmark and reports it"
+                            .to_string(),
+                    );
+                }
+                Err(e) => format!("`memtrack run` did not answer ({e})"),
+            },
+            Some(Err(e)) => format!("`memtrack run` is unreachable ({e})"),
+        };
+        match Tracker::builder().scope(Scope::Thread).build() {
+            Ok(tracker) => (
+                Backend::InProcess(tracker),
+                format!(
+                    "memtrack: {not_runner}: counting allocations in-process with eBPF \
+                     (measuring thread only)"
+                ),
+            ),
+            Err(memtrack::Error::MissingCapabilities { .. }) => (
+                Backend::Disabled,
+                format!(
+                    "memtrack: {not_runner} and no CAP_BPF/CAP_PERFMON: allocation counts \
+                     disabled, timing only"
+                ),
+            ),
+            Err(e) => (
+                Backend::Disabled,
+                format!(
+                    "memtrack: {not_runner} and in-process counting failed ({e}): allocation \
+                     counts disabled, timing only"
+                ),
+            ),
+        }
+    }
+
+    /// The mode of this session.
+    pub fn mode(&self) -> Mode {
+        match self.backend {
+            Backend::Runner(_) => Mode::Runner,
+            Backend::InProcess(_) => Mode::InProcess,
+            Backend::Disabled => Mode::Disabled,
+        }
+    }
+
+    /// Counts one more measurement of `uri`; returns how many there were, this one
+    /// included.
+    pub fn note(&mut self, uri: &str) -> u32 {
+        let count = self.measured.entry(uri.to_string()).or_insert(0);
+        *count += 1;
+        *count
+    }
+
+    /// `uri` the first time it is measured in this process, then `uri#2`, `uri#3`, ...
+    pub fn unique_uri(&mut self, uri: &str) -> String {
+        match self.note(uri) {
+            1 => uri.to_string(),
+            n => format!("{uri}#{n}"),
+        }
+    }
+
+    /// Counts one iteration of `routine` as benchmark `uri` (see [`measure`](Self::measure)),
+    /// drops its output after the count, and in-process appends the result to
+    /// [`recorded`](Self::recorded) and returns its stats.
+    pub fn record<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
+        let (output, stats) = self.measure(uri, routine);
+        drop(output);
+        let stats = stats?;
+        self.recorded.push(BenchmarkStats {
+            uri: uri.to_string(),
+            stats: stats.clone(),
+        });
+        Some(stats)
+    }
+
+    /// Whether `uri` was measured already in this process.
+    pub fn was_measured(&self, uri: &str) -> bool {
+        self.measured.contains_key(uri)
+    }
+
+    /// Runs `routine` once as benchmark `uri`, counted: a region of the runner, or the
+    /// in-process tracker between `start` and `stop`. Returns the routine's output, not
+    /// yet dropped (so the caller drops it outside the count), and in-process the stats.
+    ///
+    /// Nothing here allocates between the start of counting and the end of the routine,
+    /// nor between the routine's end and the stop of counting: the FIFO client's
+    /// `start_benchmark`/`stop_benchmark` and the tracker's `start`/`stop` are
+    /// allocation-free on their success paths. Failures are reported on stderr and leave
+    /// the iteration uncounted.
+    pub fn measure<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> (O, Option<Stats>) {
+        match &mut self.backend {
+            Backend::Disabled => (routine(), None),
+            Backend::Runner(client) => {
+                let ready = client.current_benchmark(uri).and_then(|()| {
+                    client.add_marker(Marker::BenchmarkStart {
+                        timestamp_ns: now_ns(),
+                    })
+                });
+                if let Err(e) = ready.and_then(|()| client.start_benchmark()) {
+                    eprintln!("memtrack: {uri}: not counted: {e}");
+                    return (routine(), None);
+                }
+                let output = routine();
+                let stopped = client.stop_benchmark().and_then(|()| {
+                    client.add_marker(Marker::BenchmarkEnd {
+                        timestamp_ns: now_ns(),
+                    })
+                });
+                if let Err(e) = stopped {
+                    eprintln!("memtrack: {uri}: the runner did not confirm the end: {e}");
+                }
+                (output, None)
+            }
+            Backend::InProcess(tracker) => {
+                if let Err(e) = tracker.reset().and_then(|()| tracker.start()) {
+                    eprintln!("memtrack: {uri}: not counted: {e}");
+                    return (routine(), None);
+                }
+                let output = routine();
+                let stopped = tracker.stop();
+                match stopped.and_then(|()| tracker.collect()) {
+                    Ok(stats) => (output, Some(stats)),
+                    Err(e) => {
+                        eprintln!("memtrack: {uri}: not counted: {e}");
+                        (output, None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `benchmarks` as this process's result file in `dir`
+    /// (`{pid}.MemtrackResult.msgpack`, its `stats` the sum of the benchmarks), after
+    /// removing result files of earlier runs from `dir`. In-process only.
+    pub fn write_result(
+        &self,
+        dir: &Path,
+        benchmarks: &[BenchmarkStats],
+    ) -> memtrack::Result<Option<PathBuf>> {
+        let Backend::InProcess(tracker) = &self.backend else {
+            return Ok(None);
+        };
+        let me = std::process::id();
+        let processes = tracker.collect_processes()?;
+        let Some(process) = processes.iter().find(|p| p.pid == me) else {
+            return Ok(None);
+        };
+        let mut result = MemtrackResult::from_process(process);
+        let mut total = Stats::default();
+        for bench in benchmarks {
+            total.merge(&bench.stats);
+        }
+        result.stats = total;
+        result.benchmarks = benchmarks.to_vec();
+        remove_earlier_results(dir, &result.file_name());
+        result.write_to_dir(dir).map(Some)
+    }
+}
+
+/// Removes `*.MemtrackResult.msgpack` files other than `keep` from `dir` (results of
+/// earlier runs), so the directory holds the latest run only.
+fn remove_earlier_results(dir: &Path, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(RESULT_FILE_SUFFIX) && name != keep {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Where result files go: `$MEMTRACK_OUTPUT_DIR`, else `memtrack/` in cargo's target
+/// directory (`$CARGO_TARGET_DIR`, else the nearest directory above this executable
+/// that holds cargo's `CACHEDIR.TAG`, else `./target`).
+pub fn output_base() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MEMTRACK_OUTPUT_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("memtrack");
+    }
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.ancestors()
+                .skip(1)
+                .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("memtrack")
+}
+
+/// A relative path made of `id`'s `/`-separated parts, each reduced to letters, digits,
+/// `-`, `_` and `.` (anything else becomes `_`; empty, `.` and `..` parts become `_`).
+pub fn id_path(id: &str) -> PathBuf {
+    id.split('/')
+        .map(|part| {
+            let safe: String = part
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            if safe.is_empty() || safe == "." || safe == ".." {
+                "_".to_string()
+            } else {
+                safe
+            }
+        })
+        .collect()
+}
+
+/// One line on one benchmark's counts, exact: `memtrack URI: 3 allocs, 192 B allocated,
+/// peak 192 B live, 0 B live at end (one iteration)`.
+pub fn summary_line(uri: &str, stats: &Stats) -> String {
+    let mut line = format!(
+        "memtrack {uri}: {} allocs, {} B allocated, peak {} B live, {} B live at end (one iteration)",
+        grouped(stats.alloc_calls),
+        grouped(stats.bytes_allocated),
+        grouped(stats.peak_live_bytes),
+        grouped(stats.live_bytes),
+    );
+    if stats.lost_events != 0 {
+        line.push_str(&format!(" [{} lost events: not exact]", stats.lost_events));
+    }
+    line
+}
+
+/// `1234567` as `1,234,567`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_paths_are_safe_and_nested() {
+        assert_eq!(id_path("alloc"), PathBuf::from("alloc"));
+        assert_eq!(id_path("group/fn/10"), PathBuf::from("group/fn/10"));
+        assert_eq!(id_path("a b:c"), PathBuf::from("a_b_c"));
+        assert_eq!(id_path("../x//y"), PathBuf::from("_/x/_/y"));
+    }
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn repeated_uris_are_numbered() {
+        let mut s = Session {
+            backend: Backend::Disabled,
+            measured: HashMap::new(),
+            recorded: Vec::new(),
+        };
+        assert!(!s.was_measured("a"));
+        assert_eq!(s.unique_uri("a"), "a");
+        assert_eq!(s.unique_uri("a"), "a#2");
+        assert_eq!(s.unique_uri("b"), "b");
+        assert!(s.was_measured("a"));
+    }
+}
