@@ -5,39 +5,16 @@
 //! then compares exact, zero-variance samples with the saved baseline) still completes;
 //! without privileges and without the runner it says so in one line and runs for timing.
 
+use memtrack_test_support::{copy_for_nobody, require_privileges};
 use std::{
-    os::{fd::AsRawFd, unix::fs::MetadataExt, unix::fs::PermissionsExt},
-    path::{Path, PathBuf},
+    os::{fd::AsRawFd, unix::fs::PermissionsExt},
+    path::Path,
     process::{Command, Output},
 };
 
 use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_criterion_alloc");
-
-fn privileged() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
-}
-
-/// Skip loudly (on the real stderr), or fail when CI requires privileges.
-fn require_privileges(test: &str) -> bool {
-    use std::io::Write;
-    if privileged() {
-        return true;
-    }
-    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON");
-    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    let _ = writeln!(std::io::stderr(), "{message}");
-    false
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -256,19 +233,10 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
     assert_eq!(read, outcome.results);
 }
 
-/// A copy of `bin` in a fresh directory that user nobody can enter (0755).
-fn copy_for_nobody(bin: &str, dir: &Path) -> PathBuf {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let copy = dir.join(Path::new(bin).file_name().unwrap());
-    std::fs::copy(bin, &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
-
 #[test]
 fn without_privileges_it_says_so_once_and_times_the_benchmarks() {
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    if !root && privileged() {
+    let root = memtrack_test_support::is_root();
+    if !root && memtrack::can_track() {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
@@ -278,7 +246,7 @@ fn without_privileges_it_says_so_once_and_times_the_benchmarks() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = copy_for_nobody(BIN, dir.path());
+    let bin = copy_for_nobody(Path::new(BIN), dir.path());
     let writable = dir.path().join("out");
     std::fs::create_dir(&writable).unwrap();
     std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();

@@ -3,33 +3,10 @@
 //! multi-process shell command gets one result per process with the right parents;
 //! garbage in the control FIFO is answered and measuring goes on.
 
-use std::{path::PathBuf, process::Command};
+use memtrack_test_support::require_privileges;
+use std::path::PathBuf;
 
 use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
-
-fn privileged() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
-}
-
-/// See memtrack-core/tests/support: skip loudly, or fail when CI requires privileges.
-fn require_privileges(test: &str) -> bool {
-    use std::io::Write;
-    if privileged() {
-        return true;
-    }
-    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON");
-    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    let _ = writeln!(std::io::stderr(), "{message}");
-    false
-}
 
 fn run(spec: CommandSpec) -> (memtrack::runner::RunOutcome, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -132,19 +109,8 @@ fn garbage_in_the_control_fifo_is_answered_and_measuring_goes_on() {
 }
 
 fn compile_fixture(name: &str, dir: &std::path::Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(format!("{name}.c"));
-    let out = dir.join(name);
-    let ok = Command::new("gcc")
-        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    out
+    let src = memtrack_test_support::fixtures_dir().join(format!("{name}.c"));
+    memtrack_test_support::compile_c(&src, dir, &[])
 }
 
 #[test]

@@ -40,6 +40,7 @@ mod tracker;
 
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement};
+pub use privileges::can_track;
 pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
 pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
 pub use spawn::CommandSpec;

@@ -35,6 +35,13 @@ pub(crate) fn missing_for_ebpf(caps: u64) -> Vec<&'static str> {
     missing
 }
 
+/// Whether this process can load memtrack's eBPF programs and attach uprobes: it runs
+/// as root, or has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON. (When the status
+/// file is unreadable, assumes it can and lets the kernel decide.)
+pub fn can_track() -> bool {
+    effective_capabilities().is_none_or(|caps| missing_for_ebpf(caps).is_empty())
+}
+
 /// Fails with [`Error::MissingCapabilities`] unless this process can load and attach.
 pub(crate) fn check() -> Result<()> {
     // If the status file is unreadable, let the kernel be the judge.

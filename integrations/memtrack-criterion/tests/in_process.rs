@@ -4,33 +4,11 @@
 //! CAP_BPF+CAP_PERFMON (skipped loudly otherwise, failed under
 //! MEMTRACK_REQUIRE_PRIVILEGED=1).
 
+use memtrack_test_support::require_privileges;
 use std::hint::black_box;
 
 use criterion::measurement::Measurement;
 use memtrack_criterion::{AllocatedBytes, AllocationCalls, Mode};
-
-fn privileged() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
-}
-
-fn require_privileges(test: &str) -> bool {
-    use std::io::Write;
-    if privileged() && std::env::var_os("MEMTRACK_FIFO_DIR").is_none() {
-        return true;
-    }
-    let message = format!("SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON, outside the runner");
-    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    let _ = writeln!(std::io::stderr(), "{message}");
-    false
-}
 
 fn three_blocks() -> usize {
     let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|i| Box::new([i as u8; 64]));

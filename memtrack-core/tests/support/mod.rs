@@ -1,51 +1,9 @@
 //! Shared by the end-to-end tests: the privilege gate, fixture building, expectations.
 #![allow(dead_code)]
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::Command,
-    sync::OnceLock,
-};
+use std::{path::PathBuf, sync::OnceLock};
 
-/// True when this process can load eBPF programs (root, or CAP_BPF + CAP_PERFMON).
-pub fn privileged() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
-}
-
-/// Gate for tests that need eBPF. Unprivileged, the test says so on the terminal (fd 2,
-/// not captured by the test harness) and returns false, or fails when
-/// MEMTRACK_REQUIRE_PRIVILEGED=1 (CI sets it: there, skipping would hide a failure).
-pub fn require_privileges(test: &str) -> bool {
-    if privileged() {
-        return true;
-    }
-    let message = format!(
-        "SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON (run the suite as root: \
-         sudo scripts/test.sh)"
-    );
-    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    let _ = writeln!(std::io::stderr(), "{message}");
-    false
-}
-
-/// tests/fixtures in the repository.
-pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("tests/fixtures")
-}
+pub use memtrack_test_support::{fixtures_dir, require_privileges};
 
 /// Compiles every C fixture once per test binary (into a temporary directory) and
 /// returns the path of the named one.
@@ -57,14 +15,7 @@ pub fn fixture(name: &str) -> PathBuf {
         for entry in std::fs::read_dir(fixtures_dir()).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "c") {
-                let bin = out.join(path.file_stem().unwrap());
-                let status = Command::new("gcc")
-                    .args(["-O0", "-fno-builtin", "-pthread", "-o"])
-                    .arg(&bin)
-                    .arg(&path)
-                    .status()
-                    .expect("gcc runs");
-                assert!(status.success(), "compiling {} failed", path.display());
+                memtrack_test_support::compile_c(&path, &out, &[]);
             }
         }
         out

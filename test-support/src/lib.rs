@@ -1,0 +1,76 @@
+//! Helpers shared by memtrack's own test suites (memtrack-core, the examples, the
+//! integrations), so every suite gates privileged tests and builds fixtures the same way.
+
+use std::{
+    io::Write,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// Gate for tests that need eBPF. Privileged (root, or CAP_BPF+CAP_PERFMON): true.
+/// Otherwise the test says so on the terminal (written to fd 2 directly, which the
+/// test harness does not capture) and the caller returns; with
+/// `MEMTRACK_REQUIRE_PRIVILEGED=1` (CI sets it, as root) it fails instead, because
+/// there a skip would hide a failure.
+pub fn require_privileges(test: &str) -> bool {
+    if memtrack::can_track() {
+        return true;
+    }
+    let message = format!(
+        "SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON (run the suite as root: \
+         sudo scripts/test.sh)"
+    );
+    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    let _ = writeln!(std::io::stderr(), "{message}");
+    false
+}
+
+/// Whether this test process runs as root (tests that switch to user `nobody` need it).
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The repository's root directory.
+pub fn repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test-support lives in the workspace root")
+        .to_path_buf()
+}
+
+/// tests/fixtures in the repository.
+pub fn fixtures_dir() -> PathBuf {
+    repo_dir().join("tests/fixtures")
+}
+
+/// Compiles one C source with gcc into `out_dir` (named after the source) with the
+/// fixtures' flags (`-O0 -fno-builtin -pthread`: gcc must not remove or merge
+/// allocator calls) plus `extra`, and returns the binary's path.
+pub fn compile_c(source: &Path, out_dir: &Path, extra: &[&str]) -> PathBuf {
+    let out = out_dir.join(source.file_stem().expect("a source file name"));
+    let status = Command::new("gcc")
+        .args(["-O0", "-fno-builtin", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg(source)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "compiling {} failed", source.display());
+    out
+}
+
+/// Copies `bin` into `dir` so that user `nobody` can run it (the build directory may not
+/// be reachable for other users): the directory and the copy get mode 0755.
+pub fn copy_for_nobody(bin: &Path, dir: &Path) -> PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join(bin.file_name().expect("a binary file name"));
+    std::fs::copy(bin, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
