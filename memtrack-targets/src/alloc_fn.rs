@@ -358,6 +358,17 @@ impl AllocFn {
         }
     }
 
+    /// Whether this is one of C++'s `operator new`/`new[]`/`delete`/`delete[]`.
+    pub fn is_cxx_operator(self) -> bool {
+        matches!(
+            self,
+            AllocFn::OperatorNew
+                | AllocFn::OperatorNewArray
+                | AllocFn::OperatorDelete
+                | AllocFn::OperatorDeleteArray
+        )
+    }
+
     /// Whether memtrack also needs a return probe (see [`Kind::has_return_probe`]).
     pub fn has_return_probe(self) -> bool {
         self.kind().has_return_probe()

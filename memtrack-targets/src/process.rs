@@ -69,8 +69,13 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
         }
         match cached_targets(&object) {
             Ok(targets) => {
+                let forwards = forwards_cxx_operators(&object.path);
                 result.objects_scanned.push(object.path);
-                result.targets.extend(targets);
+                result.targets.extend(
+                    targets
+                        .into_iter()
+                        .filter(|t| !(forwards && t.function.is_cxx_operator())),
+                );
             }
             Err(e) => result.skipped.push(SkippedObject {
                 path: object.path,
@@ -89,6 +94,23 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
         });
     }
     Ok(result)
+}
+
+/// Whether an object's C++ `operator new`/`delete` only forward to `malloc`/`free`
+/// (GNU libstdc++): those are not probed, their calls are counted at `malloc`/`free`.
+///
+/// Why: an `operator new` is probed with a return probe, which replaces the return
+/// address with the kernel's uretprobe trampoline; that address has no unwind
+/// information, so a `std::bad_alloc` thrown from inside the probed `operator new`
+/// (an allocation failure; libstdc++'s nothrow `new` throws and catches internally)
+/// cannot unwind and the program terminates. Where `new` forwards to `malloc`, probing
+/// `malloc` alone counts every block exactly and lets exceptions through. Allocators
+/// that implement `operator new` themselves (jemalloc, tcmalloc, mimalloc) must be
+/// probed there; a failing `new` under them terminates the program (documented).
+fn forwards_cxx_operators(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libstdc++"))
 }
 
 /// [`allocator_targets`] of a mapped object, remembered by (path, device, inode): a

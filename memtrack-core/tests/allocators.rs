@@ -1,0 +1,180 @@
+//! Every allocator a real program uses (tests/allocators, numbers checked with gdb traces
+//! and DHAT there): the same C++ program linked against glibc, jemalloc, mimalloc and
+//! tcmalloc; Rust programs with statically linked jemalloc and mimalloc; a dlopen'ed
+//! jemalloc; exec of a static binary (directly and through `sh -c exec`); a program with
+//! no known allocator. Every total is compared exactly.
+
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use memtrack::{AllocatorStatus, CommandSpec, Tracker};
+use support::{diff, require_privileges};
+
+/// Builds every allocator fixture once per test binary (tests/allocators/build.sh).
+fn out_dir() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        // Inside the workspace's target directory, so the Rust fixtures (jemalloc and
+        // mimalloc build from source) are built once, not on every run.
+        let out = memtrack_test_support::repo_dir().join("target/allocator-fixtures");
+        let script = memtrack_test_support::repo_dir().join("tests/allocators/build.sh");
+        let status = Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{} failed", script.display());
+        out
+    })
+}
+
+fn expected(name: &str) -> serde_json::Value {
+    let path = memtrack_test_support::repo_dir().join("tests/allocators/expected.json");
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    all["fixtures"][name].clone()
+}
+
+/// Only the totals: function names differ where allocators put several names at one
+/// address (tests/allocators/README.md), so per-function counts are checked elsewhere.
+fn totals_only(spec: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "totals": spec["processes"]["main"]["totals"] })
+}
+
+/// Runs `argv` (from the fixture directory) and compares the root process's final image
+/// with `name`'s expected totals, `extra_bytes` added to the path-dependent fields.
+fn check(name: &str, argv: &[&str], extra_bytes: u64) {
+    if !require_privileges(name) {
+        return;
+    }
+    let dir = out_dir();
+    let mut spec = CommandSpec::new(argv[0]).args(&argv[1..]);
+    spec.cwd = Some(dir.to_path_buf());
+    // cargo test sets LD_LIBRARY_PATH; a static glibc allocates for it at startup, and
+    // the expected numbers are for the plain environment.
+    spec.env.push(("LD_LIBRARY_PATH".into(), None));
+    if argv[0].starts_with("./") {
+        spec.program = dir.join(&argv[0][2..]).into_os_string();
+    }
+    let tracker = Tracker::builder().spawn(spec).unwrap();
+    let status = tracker.wait().unwrap();
+    let expected = expected(name);
+    assert_eq!(status.code, Some(0), "{name} exit status");
+    let processes = tracker.collect_processes().unwrap();
+    let root = processes.iter().find(|p| p.pid == tracker.pid()).unwrap();
+    assert_eq!(root.allocator, AllocatorStatus::Probed, "{name}");
+    let mut want = totals_only(&expected);
+    for field in ["bytes_allocated", "live_bytes", "peak_live_bytes"] {
+        let v = want["totals"][field].as_u64().unwrap();
+        want["totals"][field] = (v + extra_bytes).into();
+    }
+    let d = diff(&root.stats, &want);
+    let d: Vec<&String> = d.iter().filter(|l| !l.contains('.')).collect();
+    assert!(d.is_empty(), "{name}: {d:#?}\n{:#?}", root.stats);
+}
+
+#[test]
+fn cxx_same_program_under_glibc() {
+    check("cxx_mix_glibc", &["./cxx_mix_glibc"], 0);
+}
+
+#[test]
+fn cxx_same_program_under_jemalloc() {
+    check("cxx_mix_jemalloc", &["./cxx_mix_jemalloc"], 0);
+}
+
+#[test]
+fn cxx_same_program_under_mimalloc() {
+    check("cxx_mix_mimalloc", &["./cxx_mix_mimalloc"], 0);
+}
+
+#[test]
+fn cxx_same_program_under_tcmalloc() {
+    check("cxx_mix_tcmalloc", &["./cxx_mix_tcmalloc"], 0);
+}
+
+#[test]
+fn cxx_failing_new_under_glibc_throws_through() {
+    check("cxx_new_fail_glibc", &["./cxx_new_fail_glibc"], 0);
+}
+
+#[test]
+fn cxx_failing_new_under_mimalloc() {
+    check("cxx_new_fail_mimalloc", &["./cxx_new_fail_mimalloc"], 0);
+}
+
+#[test]
+fn rust_system_allocator() {
+    check("system_fixture", &["./system_fixture"], 0);
+}
+
+#[test]
+fn rust_static_tikv_jemallocator() {
+    check("jemalloc_fixture", &["./jemalloc_fixture"], 0);
+}
+
+#[test]
+fn rust_static_mimalloc() {
+    check("mimalloc_fixture", &["./mimalloc_fixture"], 0);
+}
+
+#[test]
+fn dlopen_jemalloc_is_counted() {
+    check("dlopen_jemalloc", &["./dlopen_jemalloc"], 0);
+}
+
+/// glibc's static startup allocates its directory name: len(dirname) + 2 bytes.
+fn static_term() -> u64 {
+    let exe = std::fs::canonicalize(out_dir().join("static_allocs")).unwrap();
+    exe.parent().unwrap().as_os_str().len() as u64 + 2
+}
+
+#[test]
+fn static_binary_with_symbols() {
+    check("static_allocs", &["./static_allocs"], static_term());
+}
+
+#[test]
+fn exec_of_a_static_binary_counts_from_its_first_allocation() {
+    check("exec_static", &["./exec_static"], static_term());
+}
+
+#[test]
+fn exec_of_a_dynamic_binary_counts_from_its_first_allocation() {
+    check("exec_dynamic", &["./exec_dynamic"], 0);
+}
+
+#[test]
+fn sh_exec_counts_the_program_from_its_first_allocation() {
+    check(
+        "sh_exec_static",
+        &["/bin/sh", "-c", "exec ./static_allocs"],
+        static_term(),
+    );
+}
+
+#[test]
+fn unknown_allocator_is_reported_not_counted_as_zero() {
+    if !require_privileges("bump") {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(out_dir().join("bump")))
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let processes = tracker.collect_processes().unwrap();
+    match &processes[0].allocator {
+        AllocatorStatus::NotRecognised { reason } => {
+            assert!(reason.contains("no known allocator"), "{reason}")
+        }
+        other => panic!("expected NotRecognised, got {other:?}"),
+    }
+    let result = memtrack::MemtrackResult::from_process(&processes[0]);
+    let text = memtrack::report::render_text(&[result]);
+    assert!(text.contains("allocator not recognised"), "{text}");
+}
