@@ -328,18 +328,18 @@ impl FollowState {
         };
         match result {
             Ok(added) => {
-                record.probes.extend(added);
-                record.allocator = AllocatorStatus::Probed;
+                record.process.probes.extend(added);
+                record.process.allocator = AllocatorStatus::Probed;
                 true
             }
             Err(Error::NoAllocator { objects, .. }) => {
-                record.allocator = AllocatorStatus::NotRecognised {
+                record.process.allocator = AllocatorStatus::NotRecognised {
                     reason: format!("no known allocator function in: {objects}"),
                 };
                 false
             }
             Err(e) => {
-                record.allocator = AllocatorStatus::NotRecognised {
+                record.process.allocator = AllocatorStatus::NotRecognised {
                     reason: e.to_string(),
                 };
                 false
@@ -357,10 +357,13 @@ impl FollowState {
             stats
         };
         if let (Some(stats), Some(record)) = (stats, self.shared.registry.lock().get_mut(&pid)) {
-            record.earlier_images.push(crate::process::ImageStats {
-                command: record.command.clone(),
-                stats: crate::stats::Stats::from(&stats),
-            });
+            record
+                .process
+                .earlier_images
+                .push(crate::process::ImageStats {
+                    command: record.process.command.clone(),
+                    stats: crate::stats::Stats::from(&stats),
+                });
         }
     }
 
@@ -369,7 +372,7 @@ impl FollowState {
     /// the loader breakpoint so the libraries are probed once mapped.
     fn after_exec(&mut self, pid: u32) {
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
-            record.command = crate::process::read_cmdline(pid);
+            record.process.command = crate::process::read_cmdline(pid);
         }
         // The old image's breakpoint went with its memory.
         self.hooks.remove(&pid);
@@ -510,9 +513,9 @@ impl FollowState {
             stats
         };
         if let Some(record) = self.shared.registry.lock().get_mut(&tid) {
-            record.ended_ns = Some(monotonic_ns());
-            record.exit_code = code;
-            record.exit_signal = signal;
+            record.process.ended_ns = Some(monotonic_ns());
+            record.process.exit_code = code;
+            record.process.exit_signal = signal;
             record.final_stats = final_stats;
         }
         if tid == self.root {

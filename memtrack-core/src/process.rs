@@ -63,59 +63,44 @@ pub struct TrackedProcess {
     pub earlier_images: Vec<ImageStats>,
 }
 
-/// The follower's record of a process.
+/// The follower's record of a process: what will be reported, and the counters
+/// captured when it exited (its map entries are then released).
 #[derive(Clone, Debug)]
 pub(crate) struct ProcessRecord {
-    pub pid: u32,
-    pub ppid: u32,
-    pub command: Vec<String>,
-    pub started_ns: u64,
-    pub started_unix_ms: u64,
-    pub ended_ns: Option<u64>,
-    pub exit_code: Option<i32>,
-    pub exit_signal: Option<i32>,
-    pub allocator: AllocatorStatus,
-    pub probes: Vec<ProbeInfo>,
-    /// Counters captured when it exited (its map entries are then released).
+    /// Identity, lifetime, probes (its `stats` stay empty here).
+    pub process: TrackedProcess,
+    /// Counters captured when it exited.
     pub final_stats: Option<PidStats>,
-    /// Images run before the last exec.
-    pub earlier_images: Vec<ImageStats>,
 }
 
 impl ProcessRecord {
     pub(crate) fn new(pid: u32, ppid: u32) -> Self {
         ProcessRecord {
-            pid,
-            ppid,
-            command: read_cmdline(pid),
-            started_ns: monotonic_ns(),
-            started_unix_ms: unix_ms(),
-            ended_ns: None,
-            exit_code: None,
-            exit_signal: None,
-            allocator: AllocatorStatus::NotRecognised {
-                reason: "probes not attached yet".into(),
+            process: TrackedProcess {
+                pid,
+                ppid,
+                command: read_cmdline(pid),
+                started_ns: monotonic_ns(),
+                started_unix_ms: unix_ms(),
+                ended_ns: None,
+                exit_code: None,
+                exit_signal: None,
+                allocator: AllocatorStatus::NotRecognised {
+                    reason: "probes not attached yet".into(),
+                },
+                probes: Vec::new(),
+                stats: Stats::default(),
+                earlier_images: Vec::new(),
             },
-            probes: Vec::new(),
             final_stats: None,
-            earlier_images: Vec::new(),
         }
     }
 
+    /// The process with these counters.
     pub(crate) fn report(&self, stats: Stats) -> TrackedProcess {
         TrackedProcess {
-            pid: self.pid,
-            ppid: self.ppid,
-            command: self.command.clone(),
-            started_ns: self.started_ns,
-            started_unix_ms: self.started_unix_ms,
-            ended_ns: self.ended_ns,
-            exit_code: self.exit_code,
-            exit_signal: self.exit_signal,
-            allocator: self.allocator.clone(),
-            probes: self.probes.clone(),
             stats,
-            earlier_images: self.earlier_images.clone(),
+            ..self.process.clone()
         }
     }
 }

@@ -63,6 +63,39 @@ impl Shared {
         self.enabled.load(Ordering::SeqCst)
     }
 
+    /// Applies `state` to every tracked process still running (and, through the
+    /// `enabled` flag, to processes that start later). Allocates nothing: `start` and
+    /// `stop` go through here.
+    fn set_all_states(&self, state: TrackState) -> Result<()> {
+        self.enabled.store(state.enabled != 0, Ordering::SeqCst);
+        let mut engine = self.engine.lock();
+        let registry = self.registry.lock();
+        for record in registry.values().filter(|r| r.process.ended_ns.is_none()) {
+            engine.set_state(record.process.pid, state)?;
+        }
+        Ok(())
+    }
+
+    /// The raw counters of `pid`: captured at its exit, or read from the kernel now.
+    fn raw_stats(&self, pid: u32) -> Result<PidStats> {
+        if let Some(record) = self.registry.lock().get(&pid)
+            && let Some(stats) = record.final_stats
+        {
+            return Ok(stats);
+        }
+        self.engine.lock().read_stats(pid)
+    }
+
+    /// The tracked processes still running.
+    fn live_pids(&self) -> Vec<u32> {
+        self.registry
+            .lock()
+            .values()
+            .filter(|r| r.process.ended_ns.is_none())
+            .map(|r| r.process.pid)
+            .collect()
+    }
+
     pub(crate) fn root_exited(&self, code: Option<i32>, signal: Option<i32>) {
         *self.root_exit.lock() = Some(ExitStatus { code, signal });
         self.root_exit_cv.notify_all();
@@ -138,8 +171,8 @@ impl TrackerBuilder {
             engine.set_state(pid, TrackState::default())?;
             let probes = engine.attach_process(pid)?;
             let mut record = ProcessRecord::new(pid, std::os::unix::process::parent_id());
-            record.probes = probes;
-            record.allocator = AllocatorStatus::Probed;
+            record.process.probes = probes;
+            record.process.allocator = AllocatorStatus::Probed;
             shared.registry.lock().insert(pid, record);
         }
         Ok(Tracker {
@@ -218,19 +251,10 @@ impl TrackerControl {
     /// Turns counting on or off for every tracked process, and for processes that
     /// start later.
     pub fn set_all_enabled(&self, enabled: bool) -> Result<()> {
-        self.shared.enabled.store(enabled, Ordering::SeqCst);
-        let mut engine = self.shared.engine.lock();
-        let registry = self.shared.registry.lock();
-        for record in registry.values().filter(|r| r.ended_ns.is_none()) {
-            engine.set_state(
-                record.pid,
-                TrackState {
-                    enabled: enabled as u32,
-                    tid: 0,
-                },
-            )?;
-        }
-        Ok(())
+        self.shared.set_all_states(TrackState {
+            enabled: enabled as u32,
+            tid: 0,
+        })
     }
 
     /// Zeroes one process's counters and forgets its live blocks.
@@ -248,12 +272,7 @@ impl TrackerControl {
 
     /// One process's counters now (or when it exited).
     pub fn process_stats(&self, pid: u32) -> Result<Stats> {
-        if let Some(record) = self.shared.registry.lock().get(&pid)
-            && let Some(stats) = record.final_stats
-        {
-            return Ok(Stats::from(&stats));
-        }
-        Ok(Stats::from(&self.shared.engine.lock().read_stats(pid)?))
+        Ok(Stats::from(&self.shared.raw_stats(pid)?))
     }
 
     /// Every tracked process, as in [`Tracker::collect_processes`].
@@ -324,35 +343,16 @@ impl Tracker {
             Scope::Process => 0,
             Scope::Thread => nix::unistd::gettid().as_raw() as u32,
         };
-        let state = TrackState {
+        self.shared.set_all_states(TrackState {
             enabled: enabled as u32,
             tid,
-        };
-        self.shared.enabled.store(enabled, Ordering::SeqCst);
-        let mut engine = self.shared.engine.lock();
-        if self.follower.is_none() {
-            return engine.set_state(self.pid, state);
-        }
-        let registry = self.shared.registry.lock();
-        for record in registry.values().filter(|r| r.ended_ns.is_none()) {
-            engine.set_state(record.pid, state)?;
-        }
-        Ok(())
+        })
     }
 
     /// The counters of the tracked (root) process since it was first tracked or last
     /// [`reset`](Self::reset).
     pub fn collect(&self) -> Result<Stats> {
-        Ok(Stats::from(&self.raw_stats(self.pid)?))
-    }
-
-    fn raw_stats(&self, pid: u32) -> Result<PidStats> {
-        if let Some(record) = self.shared.registry.lock().get(&pid)
-            && let Some(stats) = record.final_stats
-        {
-            return Ok(stats);
-        }
-        self.shared.engine.lock().read_stats(pid)
+        Ok(Stats::from(&self.shared.raw_stats(self.pid)?))
     }
 
     /// Every tracked process (the root and its descendants) with its own counters,
@@ -362,10 +362,7 @@ impl Tracker {
         records
             .iter()
             .map(|record| {
-                let raw = match record.final_stats {
-                    Some(stats) => stats,
-                    None => self.shared.engine.lock().read_stats(record.pid)?,
-                };
+                let raw = self.shared.raw_stats(record.process.pid)?;
                 Ok(record.report(Stats::from(&raw)))
             })
             .collect()
@@ -374,14 +371,7 @@ impl Tracker {
     /// Zeroes the counters of every tracked process. Blocks allocated before the reset
     /// are forgotten: their frees count as `unmatched_frees`.
     pub fn reset(&mut self) -> Result<()> {
-        let pids: Vec<u32> = self
-            .shared
-            .registry
-            .lock()
-            .values()
-            .filter(|r| r.ended_ns.is_none())
-            .map(|r| r.pid)
-            .collect();
+        let pids = self.shared.live_pids();
         let mut engine = self.shared.engine.lock();
         for pid in pids {
             engine.reset_stats(pid)?;
