@@ -44,6 +44,17 @@ pub enum Error {
         extra: usize,
     },
 
+    /// A complete [`Command::Sync`](crate::Command::Sync) frame starts inside a frame: the
+    /// frame's header was garbage whose claimed length swallowed the start of a client's
+    /// exchange. The runner skips only up to the `Sync` frame.
+    #[error("the {len}-byte frame is cut short by a Sync frame at byte {sync_at}")]
+    CutShortBySync {
+        /// Bytes the frame claimed, header included.
+        len: usize,
+        /// Offset, from the frame's first byte, at which the Sync frame starts.
+        sync_at: usize,
+    },
+
     /// A frame body is not valid MessagePack for the expected type.
     #[error("cannot decode {len}-byte frame body as a {what}: {source}")]
     Decode {

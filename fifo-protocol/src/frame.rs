@@ -4,6 +4,8 @@
 //! that knows the frame layout, and the only place that turns untrusted bytes into
 //! messages: it checks the announced length against [`MAX_FRAME_LEN`] before anything is
 //! allocated, so a hostile or corrupt header (say, 4 GiB) costs nothing but an error.
+//! After bytes that are not frames, [`find_sync`] finds where a [`Command::Sync`] frame
+//! starts, so a reader can get back in step with the stream.
 //!
 //! ```text
 //! +----------------------+--------------------------------------+
@@ -12,6 +14,7 @@
 //! ```
 
 use std::io::{self, Cursor, Read, Write};
+use std::ops::Range;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
@@ -122,7 +125,8 @@ pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize> {
 ///
 /// # Errors
 /// [`Error::FrameTooLarge`] as soon as the 4 header bytes are present and announce too
-/// long a body; the stream cannot be resynchronized from there.
+/// long a body; the frame's end is unknown then, and a reader has to look for the next
+/// frame it can trust with [`find_sync`].
 pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>> {
     let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
         return Ok(None);
@@ -189,6 +193,97 @@ fn trailing_bytes<M: Message>(body: &[u8]) -> Error {
         what: "message",
         used,
         extra: body.len() - used,
+    }
+}
+
+/// Largest body, in bytes, of a frame that [`find_sync`] accepts as a [`Command::Sync`]
+/// frame (64).
+///
+/// Bounds how far the search looks ahead from a candidate start, and so how many bytes
+/// at the end of a buffer can be left undecided. [`FifoClient`](crate::FifoClient)'s
+/// `Sync` bodies take 14 to 22 bytes; the margin leaves room for other encoders (wider
+/// integer or string markers).
+pub const MAX_SYNC_BODY_LEN: usize = 64;
+
+/// What [`find_sync`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncSearch {
+    /// A complete [`Command::Sync`] frame starts at this offset of the buffer: the first
+    /// one among the start offsets searched.
+    Found(usize),
+    /// No complete `Sync` frame starts at any offset searched; at this offset, the first
+    /// such, the bytes present are a prefix of one, so only more bytes can tell. Every
+    /// offset searched before it is certainly not the start of a `Sync` frame.
+    Undecided(usize),
+    /// No offset searched starts a `Sync` frame, whatever bytes follow.
+    Absent,
+}
+
+/// Looks in `buf` for the first offset in `starts` where a complete [`Command::Sync`]
+/// frame begins, to get back in step with a stream after bytes that are not frames.
+///
+/// A `Sync` frame is a header announcing 1 to [`MAX_SYNC_BODY_LEN`] bytes followed by a
+/// body that [`decode_body`] decodes as exactly one `Command::Sync` (no trailing bytes).
+/// A candidate may extend past `starts.end` (up to the end of `buf`). A complete `Sync`
+/// frame wins over an earlier undecided candidate; an undecided one is reported only
+/// when none is found. `starts` is clamped to `buf`.
+///
+/// Cost: four byte comparisons per offset, plus a decode of at most
+/// [`MAX_SYNC_BODY_LEN`] bytes where a plausible header sits; nothing is allocated for
+/// offsets whose header is implausible, and never more than a small error message
+/// otherwise.
+pub fn find_sync(buf: &[u8], starts: Range<usize>) -> SyncSearch {
+    let end = starts.end.min(buf.len());
+    let mut undecided = None;
+    for at in starts.start..end {
+        match sync_frame_at(&buf[at..]) {
+            Some(true) => return SyncSearch::Found(at),
+            Some(false) => {}
+            None => {
+                undecided.get_or_insert(at);
+            }
+        }
+    }
+    undecided.map_or(SyncSearch::Absent, SyncSearch::Undecided)
+}
+
+/// Whether `bytes` starts with a complete `Sync` frame: `Some(true)` or `Some(false)`,
+/// or `None` if `bytes` is a prefix of one (more bytes needed to tell).
+fn sync_frame_at(bytes: &[u8]) -> Option<bool> {
+    let plausible = 1..=MAX_SYNC_BODY_LEN;
+    let Some(header) = bytes.first_chunk::<HEADER_LEN>() else {
+        // A cut header: a prefix of a Sync header iff its low byte is a plausible length
+        // and the bytes present above it are zero.
+        let prefix = match bytes.split_first() {
+            Some((&low, high)) => {
+                plausible.contains(&usize::from(low)) && high.iter().all(|&b| b == 0)
+            }
+            None => true,
+        };
+        return if prefix { None } else { Some(false) };
+    };
+    let len = u32::from_le_bytes(*header) as usize;
+    if !plausible.contains(&len) {
+        return Some(false);
+    }
+    match bytes.get(HEADER_LEN..HEADER_LEN + len) {
+        Some(body) => Some(matches!(
+            decode_body::<Command>(body),
+            Ok(Command::Sync { .. })
+        )),
+        None => {
+            // A cut body: still a candidate while decoding it fails for want of bytes. A
+            // message that ends early, or any other failure, rules it out.
+            let partial = &bytes[HEADER_LEN..];
+            let mut de = rmp_serde::Deserializer::from_read_ref(partial);
+            match Command::deserialize(&mut de) {
+                Err(
+                    rmp_serde::decode::Error::InvalidMarkerRead(e)
+                    | rmp_serde::decode::Error::InvalidDataRead(e),
+                ) if e.kind() == io::ErrorKind::UnexpectedEof => None,
+                _ => Some(false),
+            }
+        }
     }
 }
 

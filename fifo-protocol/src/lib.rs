@@ -70,11 +70,19 @@
 //! - Only the runner's user (and root) can reach the FIFOs: the directory is created with
 //!   a random name and mode 0700 under `$XDG_RUNTIME_DIR` or the temporary directory, the
 //!   FIFOs with mode 0600. Nothing lives at a fixed path.
-//! - Every command gets exactly one reply, and [`FifoClient`] never mistakes a late reply
-//!   (to an exchange that timed out) for the current one ([`Command::Sync`]); processes
-//!   sharing a runner take turns. Malformed input gets [`Reply::Err`] and the
-//!   runner keeps serving; a frame header announcing more than [`MAX_FRAME_LEN`] bytes is
-//!   rejected before anything is allocated.
+//! - Every well-formed command gets exactly one reply, and [`FifoClient`] never mistakes a
+//!   late reply (to an exchange that timed out) for the current one ([`Command::Sync`]);
+//!   processes sharing a runner take turns.
+//! - Garbage written into the control FIFO (by anything that can open it, at any time)
+//!   costs a [`FifoClient`] none of its commands. The runner answers each frame it rejects
+//!   with exactly one [`Reply::Err`], so a burst of garbage gets at least one, and keeps
+//!   serving; a frame header announcing more than [`MAX_FRAME_LEN`] bytes is rejected
+//!   before anything is allocated. It then gets back in step at the next [`Command::Sync`]
+//!   frame, which starts every `FifoClient` exchange, so a client's command written right
+//!   behind garbage (even into the same pipe buffer) is answered normally instead of
+//!   timing out. Only a command sent without a `Sync` frame in front of it can be
+//!   swallowed by garbage before it. The exact rules, and how many `Err` replies garbage
+//!   gets, are in [`FifoRunner`]'s "Malformed input".
 //! - The client never hangs or kills its host: opens are non-blocking, each exchange is
 //!   bounded by a timeout ([`DEFAULT_TIMEOUT`]), a vanished runner is an error, and no
 //!   `SIGPIPE` is raised.

@@ -4,8 +4,10 @@
 //! whatever code runs inside CMD. This module creates a fresh 0700 directory holding the
 //! two FIFOs, tells the child where it is through [`FIFO_DIR_ENV`], and serves commands one
 //! frame at a time. Nothing the child writes can stop it: malformed frames are answered
-//! with [`Reply::Err`], and since the runner itself holds both FIFOs open read-write it
-//! never sees end-of-file, so integrations may come and go (and reopen) freely.
+//! with [`Reply::Err`], after which the runner gets back in step at the next
+//! [`Command::Sync`] frame (see [`FifoRunner`]'s "Malformed input"), and since the runner
+//! itself holds both FIFOs open read-write it never sees end-of-file, so integrations may
+//! come and go (and reopen) freely.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
-use crate::frame::{self, HEADER_LEN, MAX_FRAME_LEN};
+use crate::frame::{self, HEADER_LEN, MAX_FRAME_LEN, SyncSearch};
 use crate::markers::{IntegrationInfo, MarkerEntry, MarkerResult};
 use crate::message::{Command, IntegrationMode, MIN_SUPPORTED_VERSION, PROTOCOL_VERSION, Reply};
 use crate::sys;
@@ -38,7 +40,9 @@ pub const CONTROL_FIFO_NAME: &str = "control.fifo";
 pub const ACK_FIFO_NAME: &str = "ack.fifo";
 
 /// How long, by default, a partially received frame may sit without new bytes before the
-/// runner drops it and answers [`Reply::Err`] (1 s).
+/// runner drops it and answers [`Reply::Err`] (1 s). Bytes the runner keeps because they
+/// may begin a [`Command::Sync`] frame are dropped after the same time (see
+/// [`FifoRunner`]'s "Malformed input").
 pub const DEFAULT_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long the runner keeps trying to write one reply into a full ack FIFO (1 s).
@@ -136,6 +140,65 @@ impl ShutdownHandle {
 /// running as root: it skips root's own `$XDG_RUNTIME_DIR` (`/run/user/0`, mode 0700) and
 /// uses the world-traversable temporary directory instead. Inside the command,
 /// [`FifoClient::from_env`](crate::FifoClient::from_env) then connects as usual.
+///
+/// # Malformed input
+///
+/// Well-behaved writers take turns, but anything that can open the control FIFO can write
+/// garbage into it at any time, e.g. right in front of a client's exchange. The runner
+/// reads the stream *in step*, one frame after the other, and uses [`Command::Sync`]
+/// frames, which start every [`FifoClient`](crate::FifoClient) exchange, to get back in
+/// step after garbage. A `Sync` frame, as searched for ([`frame::find_sync`]), is a header
+/// announcing 1 to [`frame::MAX_SYNC_BODY_LEN`] bytes followed by a body that decodes as
+/// exactly one `Sync` command.
+///
+/// The runner rejects the frame in front of it, answering exactly one [`Reply::Err`] (and
+/// logging one line), in these cases:
+///
+/// 1. **The header announces more than [`MAX_FRAME_LEN`] bytes** ([`Error::FrameTooLarge`]).
+///    Nothing is allocated for it. The frame's end is unknown, so the runner
+///    *resynchronises*: it skips bytes, without replying to them, up to the first complete
+///    `Sync` frame in what it has read, and reads in step from there. Bytes at the end of
+///    the buffer that may still turn out to start a `Sync` frame are kept until more bytes
+///    decide (or the partial-frame timeout passes). Once nothing buffered can start one,
+///    it is all dropped and the next bytes to arrive are read in step again.
+/// 2. **A complete `Sync` frame starts inside the frame**, after its first byte
+///    ([`Error::CutShortBySync`]), whether the frame is complete or not and whether its
+///    body decodes or not: its header was garbage (or a frame cut short) whose claimed
+///    length swallowed the start of a client's exchange. The runner skips only the bytes
+///    before the `Sync` frame, without waiting for the claimed length to arrive.
+/// 3. **A complete frame's body is not exactly one [`Command`]** (invalid MessagePack, not
+///    a command, trailing bytes, empty): its header says where it ends, and the runner
+///    skips it as a whole, so a writer's next frame is still read. If the frame's last
+///    bytes might begin a `Sync` frame (case 2), the runner first waits for the bytes that
+///    decide, at most for the partial-frame timeout.
+/// 4. **No byte arrives for the partial-frame timeout** ([`DEFAULT_PARTIAL_FRAME_TIMEOUT`],
+///    [`set_partial_frame_timeout`](Self::set_partial_frame_timeout)) while a frame or
+///    header is incomplete ([`Error::IncompleteFrame`]): it is dropped. (Bytes kept while
+///    resynchronising are dropped then too, without a reply.)
+///
+/// Any other frame is a well-formed command: it is executed and answered exactly once,
+/// at once. (Bytes at its end that might begin a `Sync` frame do not hold it back: a
+/// client writes each exchange, up to `PIPE_BUF` bytes, with one atomic `write`, so its
+/// `Sync` frame is never seen in part.) Case 2 never hits a frame from a well-behaved
+/// writer: a `Sync` frame cannot start inside a command's string fields (its header,
+/// `n 00 00 00` with `n` ≤ 64, followed by a map marker, `≥ 0x80`, is not UTF-8), nor
+/// inside its numbers, save for contrived `u64` values whose bytes spell one out (for a
+/// client's random `Sync` nonce, the odds are below 2^-40).
+///
+/// So a burst of garbage gets one `Err` per frame rejected, never none:
+///
+/// - exactly one when it starts with an implausible header (such as `ff ff ff ff`, or
+///   text), reaches the runner in one read (as a `write` of up to `PIPE_BUF` bytes does),
+///   and nothing in it reads as a `Sync` frame, even completed by the bytes that follow;
+/// - one per frame when it parses as frames with plausible headers (each skipped whole);
+/// - one more per read when it arrives over several reads and the runner had already
+///   dropped what came before.
+///
+/// Clients skip these replies ([`Command::Sync`]), and a client's command written right
+/// behind the garbage, even in the same pipe buffer, is answered normally. What cannot be
+/// told from garbage is lost with it: a command *not* preceded by a `Sync` frame gets no
+/// reply if it arrives while the runner resynchronises or inside a garbage frame's claimed
+/// length (write a `Sync` frame first, as `FifoClient` does).
 pub struct FifoRunner {
     dir: tempfile::TempDir,
     control_path: PathBuf,
@@ -151,7 +214,14 @@ pub struct FifoRunner {
     partial_frame_timeout: Duration,
     logger: Box<dyn FnMut(&str) + Send>,
     result: MarkerResult,
+    /// Bytes read from the control FIFO and not yet consumed; starts at a frame boundary
+    /// unless `resyncing`.
     buf: Vec<u8>,
+    /// After an invalid frame header: looking for the next Sync frame in `buf`.
+    resyncing: bool,
+    /// Offsets `1..scanned_to` of `buf` are known not to start a Sync frame (reset
+    /// whenever bytes are consumed), so a frame arriving in pieces is searched once.
+    scanned_to: usize,
 }
 
 impl fmt::Debug for FifoRunner {
@@ -252,6 +322,8 @@ impl FifoRunner {
             logger: Box::new(|msg| eprintln!("memtrack: fifo runner: {msg}")),
             result: MarkerResult::new(),
             buf: Vec::new(),
+            resyncing: false,
+            scanned_to: 0,
         })
     }
 
@@ -289,7 +361,8 @@ impl FifoRunner {
 
     /// Sets how long a partially received frame may go without new bytes before it is
     /// dropped and answered with [`Reply::Err`] (default
-    /// [`DEFAULT_PARTIAL_FRAME_TIMEOUT`]).
+    /// [`DEFAULT_PARTIAL_FRAME_TIMEOUT`]); bytes kept because they may begin a
+    /// [`Command::Sync`] frame are given the same time.
     pub fn set_partial_frame_timeout(&mut self, timeout: Duration) {
         self.partial_frame_timeout = timeout;
     }
@@ -356,14 +429,14 @@ impl FifoRunner {
     /// Serves commands until [`ShutdownHandle::shutdown`] is called, giving `handler` the
     /// first say on every command.
     ///
-    /// Malformed input never ends the loop: a frame that is too large, not valid
-    /// MessagePack, not a [`Command`], or left incomplete for longer than the partial-frame
-    /// timeout is answered with [`Reply::Err`] and reported to the logger.
+    /// Malformed input never ends the loop: it is answered with [`Reply::Err`], reported
+    /// to the logger, and the runner gets back in step with the stream, as described in
+    /// [Malformed input](Self#malformed-input).
     ///
     /// # Errors
     /// Only when waiting on or reading the control FIFO itself fails ([`Error::Io`]).
     pub fn serve<H: Handler + ?Sized>(&mut self, handler: &mut H) -> Result<()> {
-        // When the last byte of a still-incomplete frame arrived.
+        // When the last byte arrived, while bytes are buffered that could not be acted on.
         let mut partial_since: Option<Instant> = None;
         loop {
             if self.shutdown.is_requested() {
@@ -386,25 +459,10 @@ impl FifoRunner {
             if control_ready && self.read_available()? {
                 partial_since = Some(Instant::now());
             }
-            self.process_buffered(handler);
-
+            // Quiet for the whole timeout: what is left will not be completed.
+            let stale = partial_since.is_some_and(|t| t.elapsed() >= self.partial_frame_timeout);
+            self.process_buffered(handler, stale);
             if self.buf.is_empty() {
-                partial_since = None;
-            } else if partial_since.is_some_and(|t| t.elapsed() >= self.partial_frame_timeout) {
-                // An oversized header was rejected on arrival, so this one is in bounds.
-                let needed = self
-                    .buf
-                    .first_chunk::<HEADER_LEN>()
-                    .map_or(HEADER_LEN, |h| HEADER_LEN + u32::from_le_bytes(*h) as usize);
-                let err = Error::IncompleteFrame {
-                    needed,
-                    available: self.buf.len(),
-                };
-                self.reject(
-                    &err,
-                    "dropped an incomplete frame after the partial-frame timeout",
-                );
-                self.buf.clear();
                 partial_since = None;
             }
         }
@@ -442,9 +500,11 @@ impl FifoRunner {
     /// Returns whether any byte arrived.
     fn read_available(&mut self) -> Result<bool> {
         let mut got_any = false;
-        // Never hold more than one maximal frame plus one chunk: complete frames are
-        // consumed as soon as they are buffered, oversized ones rejected from their header.
-        let limit = HEADER_LEN + MAX_FRAME_LEN as usize;
+        // Never hold more than one maximal frame, plus room to judge a Sync frame starting
+        // at its last byte, plus one chunk: complete frames are consumed as soon as they
+        // are buffered (or judged), oversized ones rejected from their header, and while
+        // resynchronising only what may start a Sync frame is kept.
+        let limit = HEADER_LEN + MAX_FRAME_LEN as usize + HEADER_LEN + frame::MAX_SYNC_BODY_LEN;
         while self.buf.len() < limit {
             let start = self.buf.len();
             self.buf.resize(start + READ_CHUNK, 0);
@@ -462,54 +522,136 @@ impl FifoRunner {
         Ok(got_any)
     }
 
-    /// Discards everything currently readable from the control FIFO, to get back in step
-    /// after a header that cannot be trusted.
-    fn discard_available(&mut self) {
-        let mut sink = [0u8; 4096];
+    /// Drops the first `n` buffered bytes.
+    fn consume(&mut self, n: usize) {
+        self.buf.drain(..n);
+        self.scanned_to = 0;
+    }
+
+    /// Answers every complete frame in the buffer, rejects malformed ones and gets back in
+    /// step after them (see "Malformed input" on [`FifoRunner`]).
+    ///
+    /// `stale`: no byte arrived for the partial-frame timeout, so whatever is still
+    /// incomplete or undecided will not be completed; it is rejected or dropped, and the
+    /// buffer is left empty.
+    fn process_buffered<H: Handler + ?Sized>(&mut self, handler: &mut H, stale: bool) {
         loop {
-            match (&self.control).read(&mut sink) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+            if self.resyncing {
+                match frame::find_sync(&self.buf, 0..self.buf.len()) {
+                    SyncSearch::Found(at) => {
+                        self.consume(at);
+                        self.resyncing = false;
+                    }
+                    SyncSearch::Undecided(at) if !stale => {
+                        // A Sync frame may be arriving: keep it, drop what precedes it.
+                        self.consume(at);
+                        return;
+                    }
+                    SyncSearch::Undecided(_) | SyncSearch::Absent => {
+                        // Nothing here can be a Sync frame: the bytes arriving next are
+                        // read in step again.
+                        self.buf.clear();
+                        self.scanned_to = 0;
+                        self.resyncing = false;
+                        return;
+                    }
+                }
+            }
+
+            let Some(header) = self.buf.first_chunk::<HEADER_LEN>() else {
+                if stale && !self.buf.is_empty() {
+                    self.reject_incomplete(HEADER_LEN);
+                }
+                return;
+            };
+            let end = match frame::body_len(*header) {
+                Ok(len) => HEADER_LEN + len,
+                Err(err) => {
+                    // The frame's end is unknown: skip to the next Sync frame.
+                    self.reject(
+                        &err,
+                        "invalid frame header; skipping input up to the next Sync frame",
+                    );
+                    self.resyncing = true;
+                    continue;
+                }
+            };
+
+            // A complete Sync frame starting inside this frame (complete or not, valid or
+            // not) means its header was garbage whose claimed length swallowed the start
+            // of a client's exchange: resume at the Sync frame.
+            let available = self.buf.len().min(end);
+            let undecided = match frame::find_sync(&self.buf, self.scanned_to.max(1)..available) {
+                SyncSearch::Found(at) => {
+                    let err = Error::CutShortBySync {
+                        len: end,
+                        sync_at: at,
+                    };
+                    self.reject(&err, "skipped garbage up to a Sync frame");
+                    self.consume(at);
+                    continue;
+                }
+                SyncSearch::Undecided(at) => {
+                    self.scanned_to = at;
+                    true
+                }
+                SyncSearch::Absent => {
+                    self.scanned_to = available;
+                    false
+                }
+            };
+
+            let Some(body) = self.buf.get(HEADER_LEN..end) else {
+                if stale {
+                    self.reject_incomplete(end);
+                }
+                return;
+            };
+            match frame::decode_body::<Command>(body) {
+                // A candidate still undecided does not hold a well-formed command back: a
+                // client's Sync frame arrives whole, in the same write as what follows it.
+                Ok(cmd) => {
+                    self.consume(end);
+                    self.answer(handler, cmd);
+                }
+                // Malformed: wait for the bytes that tell whether a Sync frame starts
+                // inside it (it costs no well-formed command anything) ...
+                Err(_) if undecided && !stale => return,
+                // ... else skip it whole: its length says where it ends.
+                Err(err) => {
+                    self.reject(&err, "skipped a malformed frame");
+                    self.consume(end);
+                }
             }
         }
     }
 
-    /// Answers every complete frame in the buffer.
-    fn process_buffered<H: Handler + ?Sized>(&mut self, handler: &mut H) {
-        loop {
-            let decoded = match frame::split_frame(&self.buf) {
-                Ok(None) => return,
-                Ok(Some((body, used))) => (frame::decode_body::<Command>(body), used),
-                Err(err) => {
-                    // The stream position is lost: drop what we have and what is already
-                    // queued, before replying, so the next writer starts on a clean pipe.
-                    self.buf.clear();
-                    self.discard_available();
-                    self.reject(&err, "discarded input after an invalid frame header");
-                    return;
-                }
-            };
-            match decoded {
-                (Ok(cmd), used) => {
-                    self.buf.drain(..used);
-                    let reply = match cmd {
-                        // Transport-level: never the handler's business.
-                        Command::Sync { nonce } => Reply::Synced { nonce },
-                        _ => match handler.handle(&cmd) {
-                            Some(reply) => reply,
-                            None => self.handle_shared(&cmd),
-                        },
-                    };
-                    self.send_reply(&reply);
-                }
-                (Err(err), used) => {
-                    self.buf.drain(..used);
-                    self.reject(&err, "skipped a malformed frame");
-                }
-            }
-        }
+    /// Answers one well-formed command.
+    fn answer<H: Handler + ?Sized>(&mut self, handler: &mut H, cmd: Command) {
+        let reply = match cmd {
+            // Transport-level: never the handler's business.
+            Command::Sync { nonce } => Reply::Synced { nonce },
+            _ => match handler.handle(&cmd) {
+                Some(reply) => reply,
+                None => self.handle_shared(&cmd),
+            },
+        };
+        self.send_reply(&reply);
+    }
+
+    /// Rejects the incomplete frame that fills the buffer, of `needed` bytes in all, after
+    /// the partial-frame timeout, and drops it.
+    fn reject_incomplete(&mut self, needed: usize) {
+        let err = Error::IncompleteFrame {
+            needed,
+            available: self.buf.len(),
+        };
+        self.reject(
+            &err,
+            "dropped an incomplete frame after the partial-frame timeout",
+        );
+        self.buf.clear();
+        self.scanned_to = 0;
     }
 
     /// The handling common to every mode.

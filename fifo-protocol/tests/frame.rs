@@ -3,7 +3,10 @@
 
 use std::io::{Cursor, Read};
 
-use fifo_protocol::frame::{body_len, decode_body, read_frame, split_frame, write_frame};
+use fifo_protocol::frame::{
+    MAX_SYNC_BODY_LEN, SyncSearch, body_len, decode_body, find_sync, read_frame, split_frame,
+    write_frame,
+};
 use fifo_protocol::{
     Command, Error, HEADER_LEN, IntegrationMode, MAX_FRAME_LEN, Marker, Reply, decode_frame,
     encode_frame,
@@ -320,6 +323,128 @@ fn body_claiming_a_huge_string_fails_cleanly() {
     ));
 }
 
+fn sync_frame(nonce: u64) -> Vec<u8> {
+    encode_frame(&Command::Sync { nonce }).unwrap()
+}
+
+/// A frame of the given body, whatever it holds.
+fn raw_frame(body: &[u8]) -> Vec<u8> {
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(body);
+    frame
+}
+
+#[test]
+fn find_sync_recognises_sync_frames_and_their_prefixes() {
+    // Other encoders' Sync frames: a variant index instead of the name, the struct as an
+    // array, a str8 name.
+    let mut other_encodings = vec![
+        raw_frame(&[0x81, 0x08, 0x91, 0x05]),
+        raw_frame(&[0x81, 0xa4, b'S', b'y', b'n', b'c', 0x91, 0xcc, 0x80]),
+    ];
+    let mut str8 = vec![0x81, 0xd9, 4];
+    str8.extend_from_slice(b"Sync");
+    str8.extend_from_slice(&[0x81, 0xa5]);
+    str8.extend_from_slice(b"nonce");
+    str8.push(0x05);
+    other_encodings.push(raw_frame(&str8));
+
+    let nonces = [0, 127, 128, 255, 256, 65_535, 65_536, 1 << 40, u64::MAX];
+    for sync in nonces.map(sync_frame).into_iter().chain(other_encodings) {
+        assert!(sync.len() - HEADER_LEN <= MAX_SYNC_BODY_LEN);
+        assert_eq!(find_sync(&sync, 0..sync.len()), SyncSearch::Found(0));
+        // Every proper prefix may still become one: only more bytes can tell.
+        for cut in 1..sync.len() {
+            assert_eq!(
+                find_sync(&sync[..cut], 0..cut),
+                SyncSearch::Undecided(0),
+                "{sync:02x?} cut after {cut} bytes"
+            );
+        }
+        // Behind garbage, and behind a frame claiming to go past it.
+        for garbage in [
+            &b"\xff\xff\xff\xffjunk"[..],
+            &[3, 0, 0, 0, 0xc1],
+            &[0x40, 0, 0, 0],
+        ] {
+            let mut buf = garbage.to_vec();
+            buf.extend_from_slice(&sync);
+            assert_eq!(
+                find_sync(&buf, 0..buf.len()),
+                SyncSearch::Found(garbage.len())
+            );
+            // Offsets outside the range are not searched.
+            assert_eq!(find_sync(&buf, 0..garbage.len()), SyncSearch::Absent);
+            assert!(!matches!(
+                find_sync(&buf, garbage.len() + 1..buf.len()),
+                SyncSearch::Found(_)
+            ));
+        }
+    }
+}
+
+#[test]
+fn find_sync_rejects_what_cannot_be_a_sync_frame() {
+    let sync = sync_frame(42);
+    let body = &sync[HEADER_LEN..];
+    // Other commands, a Sync body with a trailing byte, an empty body, a length above the
+    // bound (even with a valid Sync body behind it).
+    let mut trailing = body.to_vec();
+    trailing.push(0);
+    let mut padded_len = sync.clone();
+    padded_len[0] = (MAX_SYNC_BODY_LEN + 1) as u8;
+    for bytes in [
+        encode_frame(&Command::Ping).unwrap(),
+        encode_frame(&Command::SetVersion(1)).unwrap(),
+        raw_frame(&trailing),
+        vec![0, 0, 0, 0],
+        padded_len,
+        b"\xff\xff\xff\xffjunk".to_vec(),
+    ] {
+        let found = find_sync(&bytes, 0..bytes.len());
+        assert!(
+            !matches!(found, SyncSearch::Found(_)),
+            "{bytes:02x?}: {found:?}"
+        );
+    }
+    // Tails that cannot begin a Sync header, and tails that can.
+    assert_eq!(find_sync(b"junk", 0..4), SyncSearch::Absent);
+    assert_eq!(find_sync(&[0x0e, 0x01, 0xff], 0..3), SyncSearch::Absent);
+    assert_eq!(find_sync(&[0x0e, 0x00], 0..2), SyncSearch::Undecided(0));
+    assert_eq!(
+        find_sync(&[0xff, 0x0e, 0x00, 0x00], 0..4),
+        SyncSearch::Undecided(1)
+    );
+    // A cut body whose bytes already rule out a Sync: an unknown variant, a message that
+    // ends before the claimed length.
+    let pong = [0x10, 0, 0, 0, 0x81, 0xa4, b'P', b'o', b'n', b'g'];
+    assert_eq!(find_sync(&pong, 0..1), SyncSearch::Absent);
+    let mut finished_early = sync.clone();
+    finished_early[0] += 1;
+    assert_eq!(find_sync(&finished_early, 0..1), SyncSearch::Absent);
+    // (A cut string cannot be judged before it is complete, even where no Sync could
+    // start: the search waits rather than guess.)
+    assert_eq!(find_sync(&pong[..7], 0..1), SyncSearch::Undecided(0));
+}
+
+#[test]
+fn find_sync_prefers_a_complete_sync_frame_to_an_earlier_undecided_candidate() {
+    // A candidate claiming 64 bytes, whose body begins like a Sync (with an unknown
+    // 44-byte string field, which decoding would skip), then a real Sync frame: the
+    // candidate cannot be judged yet, the real frame can.
+    let mut body = vec![0x81, 0xa4];
+    body.extend_from_slice(b"Sync");
+    body.extend_from_slice(&[0x82, 0xa5]);
+    body.extend_from_slice(b"nonce");
+    body.extend_from_slice(&[0x00, 0xa1, b'x', 0xd9, 44]);
+    let mut buf = (MAX_SYNC_BODY_LEN as u32).to_le_bytes().to_vec();
+    buf.extend_from_slice(&body);
+    let at = buf.len();
+    buf.extend_from_slice(&sync_frame(7));
+    assert_eq!(find_sync(&buf, 0..at), SyncSearch::Undecided(0));
+    assert_eq!(find_sync(&buf, 0..buf.len()), SyncSearch::Found(at));
+}
+
 fn arb_marker() -> impl Strategy<Value = Marker> {
     prop_oneof![
         any::<u64>().prop_map(|timestamp_ns| Marker::SampleStart { timestamp_ns }),
@@ -398,6 +523,33 @@ proptest! {
             Err(Error::TrailingBytes { what, .. }) => prop_assert_eq!(what, "message"),
             Err(other) => prop_assert!(false, "unexpected error {other:?}"),
         }
+    }
+
+    /// A Sync frame behind garbage is found where it starts.
+    #[test]
+    fn find_sync_finds_a_sync_frame_behind_garbage(
+        garbage in proptest::collection::vec(any::<u8>(), 0..300),
+        nonce in any::<u64>(),
+    ) {
+        let mut buf = garbage.clone();
+        buf.extend_from_slice(&sync_frame(nonce));
+        prop_assert_eq!(find_sync(&buf, 0..buf.len()), SyncSearch::Found(garbage.len()));
+        // Whatever the bytes, searching never panics, and a hit is a Sync frame.
+        if let SyncSearch::Found(at) = find_sync(&garbage, 0..garbage.len()) {
+            let (body, _) = split_frame(&garbage[at..]).unwrap().unwrap();
+            let is_sync = matches!(decode_body::<Command>(body), Ok(Command::Sync { .. }));
+            prop_assert!(is_sync);
+        }
+    }
+
+    /// The runner trusts that no command frame holds a Sync frame: its strings cannot
+    /// (the Sync header followed by a map marker is not UTF-8), and numbers only for
+    /// contrived values.
+    #[test]
+    fn command_frames_hold_no_sync_frame(cmd in arb_command()) {
+        let frame = encode_frame(&cmd).unwrap();
+        let found = find_sync(&frame, 1..frame.len());
+        prop_assert!(!matches!(found, SyncSearch::Found(_)), "{:?}: {:?}", cmd, found);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Cursor;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fifo_protocol::frame::{read_frame, split_frame};
+use fifo_protocol::frame::{SyncSearch, find_sync, read_frame, split_frame};
 use fifo_protocol::{Command, Error, Reply, decode_frame};
 
 struct LargestAllocation;
@@ -74,6 +74,27 @@ fn huge_announced_lengths_allocate_nothing_big() {
         assert!(
             largest < SMALL,
             "header {header:?} led to a {largest}-byte allocation"
+        );
+    }
+
+    // Searching a full buffer of garbage for a Sync frame (as the runner does after a bad
+    // header), whether no offset has a plausible header or every one does: the candidate
+    // bodies claim a 4 GiB string.
+    let ones = vec![0xffu8; 1 << 20];
+    let mut candidates = Vec::with_capacity(1 << 20);
+    while candidates.len() < 1 << 20 {
+        candidates.extend_from_slice(&[0x06, 0, 0, 0, 0x81, 0xdb, 0xff, 0xff, 0xff, 0xff]);
+    }
+    for buf in [&ones, &candidates] {
+        let largest = largest_allocation_during(|| {
+            assert!(!matches!(
+                find_sync(buf, 0..buf.len()),
+                SyncSearch::Found(_)
+            ));
+        });
+        assert!(
+            largest < SMALL,
+            "searching led to a {largest}-byte allocation"
         );
     }
 
