@@ -19,16 +19,12 @@ pub static TRACKED: HashMap<u32, TrackState> = HashMap::with_max_entries(MAX_TRA
 pub static STATS: HashMap<u32, PidStats> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
 
 /// (tgid, address) -> requested size in bytes of every live block allocated while tracked.
-/// User space may resize it before loading. Not preallocated: preallocating a million
-/// entries took 41 ms of the tracker's start-up (and ~80 MiB of kernel memory whether
-/// used or not); the kernel's BPF allocator serves inserts from per-CPU caches, and an
-/// insert that cannot be served is counted in `lost_events`.
+/// User space may resize it before loading. Preallocated: creating it costs about 40 ms
+/// of the tracker's start-up for a million entries, but without preallocation (the
+/// kernel's BPF allocator) malloc and free cost 30-70% more per call with blocks live
+/// (measured, BENCHMARKS.md); calls outnumber trackers by far.
 #[map]
-pub static LIVE: HashMap<LiveKey, u64> =
-    HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, BPF_F_NO_PREALLOC);
-
-/// `BPF_F_NO_PREALLOC` (uapi/linux/bpf.h).
-const BPF_F_NO_PREALLOC: u32 = 1;
+pub static LIVE: HashMap<LiveKey, u64> = HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
 
 /// pid_tgid -> arguments of the allocator call in progress on that thread.
 #[map]
