@@ -59,17 +59,25 @@ fn array_size(nmemb: u64, size: u64) -> (u64, bool) {
     }
 }
 
-/// Entry of every allocating function but the realloc family.
+/// The counters to charge a call to, if it is the outermost probed call on its thread
+/// and its process is counted (None: nested, with its depth noted when
+/// `count_depth`, or not counted).
 #[inline(always)]
-fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
+fn counted_outermost(c: &Call, count_depth: bool) -> Option<*mut PidStats> {
     if matches!(
-        account::nesting(c.pid_tgid, c.entry_sp, true),
+        account::nesting(c.pid_tgid, c.entry_sp, count_depth),
         Nesting::Nested
     ) || !account::is_counted(c.pid_tgid)
     {
-        return 0;
+        return None;
     }
-    let Some(stats) = account::stats_of(tgid_of(c.pid_tgid)) else {
+    account::stats_of(tgid_of(c.pid_tgid))
+}
+
+/// Entry of every allocating function but the realloc family.
+#[inline(always)]
+fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
+    let Some(stats) = counted_outermost(c, true) else {
         return 0;
     };
     account::count_call(stats, c.func);
@@ -92,17 +100,10 @@ fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
 /// `memtrack_common::Pending::old_size`) and comes back if the call fails.
 #[inline(always)]
 fn realloc_entry(c: &Call, k: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
-    if matches!(
-        account::nesting(c.pid_tgid, c.entry_sp, true),
-        Nesting::Nested
-    ) || !account::is_counted(c.pid_tgid)
-    {
-        return 0;
-    }
-    let tgid = tgid_of(c.pid_tgid);
-    let Some(stats) = account::stats_of(tgid) else {
+    let Some(stats) = counted_outermost(c, true) else {
         return 0;
     };
+    let tgid = tgid_of(c.pid_tgid);
     account::count_call(stats, c.func);
     let mut pending = Pending {
         depth: 1,
@@ -264,17 +265,10 @@ pub fn alloc_return_prog(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn free_entry(ctx: ProbeContext) -> u32 {
     let c = call(&ctx);
-    if matches!(
-        account::nesting(c.pid_tgid, c.entry_sp, false),
-        Nesting::Nested
-    ) || !account::is_counted(c.pid_tgid)
-    {
-        return 0;
-    }
-    let tgid = tgid_of(c.pid_tgid);
-    let Some(stats) = account::stats_of(tgid) else {
+    let Some(stats) = counted_outermost(&c, false) else {
         return 0;
     };
+    let tgid = tgid_of(c.pid_tgid);
     let ptr = arg(&ctx, 0);
     if ptr == 0 {
         // Counted at every layer: a NULL release leaves no trace to recognise a

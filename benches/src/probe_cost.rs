@@ -1,0 +1,196 @@
+//! Benchmarks 1 and 2: what the probes add to each allocator call.
+//!
+//! Each workload runs untracked and as a command under a spawned tracker; the runs of
+//! the different setups alternate (untracked, Cheapest, FunctionEntry, untracked, ...)
+//! so drift of the machine (frequency, neighbours) affects them alike. Every tracked
+//! run's counters are checked against the baseline (see `Session::tracked`).
+
+use memtrack::ProbePlacement;
+
+use crate::{
+    BenchResult,
+    samples::Samples,
+    session::Session,
+    workload::{Counts, Output, Workload, loop_bytes},
+};
+
+/// ns per operation of one setup over its runs, by wall clock and by CPU time.
+#[derive(Clone, Debug, Default)]
+pub struct PerOp {
+    /// Wall time (CLOCK_MONOTONIC) per operation.
+    pub wall: Samples,
+    /// CPU time of the process (user + kernel, where probe handlers run) per operation;
+    /// unlike wall time, not inflated when other work shares the CPUs.
+    pub cpu: Samples,
+}
+
+/// One line of the per-operation tables: ns per operation in each setup.
+#[derive(Clone, Debug)]
+pub struct OpRow {
+    /// What one operation is, e.g. "malloc+free pair".
+    pub name: String,
+    /// Operations per run.
+    pub ops: u64,
+    /// Untracked.
+    pub untracked: PerOp,
+    /// Tracked with `ProbePlacement::Cheapest`.
+    pub cheapest: PerOp,
+    /// Tracked with `ProbePlacement::FunctionEntry`, when measured.
+    pub function_entry: Option<PerOp>,
+}
+
+/// An `alloc_loops MODE OPS` workload.
+fn alloc_loop(session: &Session, name: &str, mode: &str, ops: u64, expected: Counts) -> Workload {
+    Workload {
+        name: name.to_string(),
+        program: session.programs.alloc_loops.clone(),
+        args: vec![mode.to_string(), ops.to_string()],
+        // The mode only selects the loop; with 0 operations every mode does the same.
+        baseline_args: vec!["malloc_free".to_string(), "0".to_string()],
+        expected,
+    }
+}
+
+/// `ops` blocks of 64 + i % 100 bytes, each freed.
+fn pairs(ops: u64) -> Counts {
+    Counts {
+        alloc_calls: ops,
+        free_calls: ops,
+        bytes_allocated: loop_bytes(ops, 64),
+    }
+}
+
+/// Adds one run's `key` field (wall) and `cpu_<key>` field (CPU) to `per_op`.
+fn record(per_op: &mut PerOp, out: &Output, key: &str) -> BenchResult<()> {
+    per_op.wall.push(out.get(key)?);
+    per_op.cpu.push(out.get(&format!("cpu_{key}"))?);
+    Ok(())
+}
+
+/// Runs `workload` untracked, with Cheapest and (if `function_entry`) FunctionEntry,
+/// alternating, and returns one row per `(row name, output field)` of `fields`.
+fn measure(
+    session: &mut Session,
+    workload: &Workload,
+    ops: u64,
+    fields: &[(&str, &str)],
+    function_entry: bool,
+) -> BenchResult<Vec<OpRow>> {
+    let s = session.settings.clone();
+    let fe_runs = if function_entry {
+        s.function_entry_runs
+    } else {
+        0
+    };
+    let rounds = s.native_runs.max(s.tracked_runs).max(fe_runs);
+    let mut rows: Vec<OpRow> = fields
+        .iter()
+        .map(|(name, _)| OpRow {
+            name: name.to_string(),
+            ops,
+            untracked: PerOp::default(),
+            cheapest: PerOp::default(),
+            function_entry: function_entry.then(PerOp::default),
+        })
+        .collect();
+    for round in 0..rounds {
+        eprintln!("  {}: round {}/{rounds}", workload.name, round + 1);
+        if round < s.native_runs {
+            let out = session.native(workload)?;
+            for (row, (_, key)) in rows.iter_mut().zip(fields) {
+                record(&mut row.untracked, &out, key)?;
+            }
+        }
+        if round < s.tracked_runs {
+            let out = session.tracked(workload, ProbePlacement::Cheapest)?;
+            for (row, (_, key)) in rows.iter_mut().zip(fields) {
+                record(&mut row.cheapest, &out, key)?;
+            }
+        }
+        if round < fe_runs {
+            let out = session.tracked(workload, ProbePlacement::FunctionEntry)?;
+            for (row, (_, key)) in rows.iter_mut().zip(fields) {
+                if let Some(per_op) = &mut row.function_entry {
+                    record(per_op, &out, key)?;
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Benchmark 1: malloc+free pairs in all three setups, then (unless `split_ops` is 0)
+/// the same calls batched (1000 mallocs, then 1000 frees) to show what each function's
+/// probes cost.
+pub fn malloc_free(session: &mut Session) -> BenchResult<Vec<OpRow>> {
+    let n = session.settings.pairs;
+    let pair = alloc_loop(session, "malloc+free", "malloc_free", n, pairs(n));
+    let mut rows = measure(
+        session,
+        &pair,
+        n,
+        &[("malloc+free pair", "ns_per_op")],
+        true,
+    )?;
+    let n = session.settings.split_ops;
+    if n == 0 {
+        return Ok(rows);
+    }
+    let split = alloc_loop(session, "malloc, free batched", "malloc_split", n, pairs(n));
+    rows.extend(measure(
+        session,
+        &split,
+        n,
+        &[
+            ("malloc alone (batches of 1000)", "ns_per_malloc"),
+            ("free alone (batches of 1000)", "ns_per_free"),
+        ],
+        true,
+    )?);
+    Ok(rows)
+}
+
+/// Benchmark 2: the other allocation functions, untracked and with Cheapest.
+pub fn functions(session: &mut Session) -> BenchResult<Vec<OpRow>> {
+    let n = session.settings.function_ops;
+    let workloads = [
+        alloc_loop(session, "calloc+free", "calloc_free", n, pairs(n)),
+        alloc_loop(
+            session,
+            "malloc+realloc+free",
+            "realloc_grow",
+            n,
+            // realloc is one new block and one release of the old one.
+            Counts {
+                alloc_calls: 2 * n,
+                free_calls: 2 * n,
+                bytes_allocated: loop_bytes(n, 64) + loop_bytes(n, 64 + 448),
+            },
+        ),
+        alloc_loop(session, "posix_memalign+free", "memalign_free", n, pairs(n)),
+        Workload {
+            name: "C++ new[]+delete[]".to_string(),
+            program: session.programs.new_delete.clone(),
+            args: vec![n.to_string()],
+            baseline_args: vec!["0".to_string()],
+            expected: pairs(n),
+        },
+    ];
+    let names = [
+        "calloc+free pair",
+        "malloc + realloc (grow) + free",
+        "posix_memalign(64)+free pair",
+        "C++ new char[]+delete[] pair",
+    ];
+    let mut rows = Vec::new();
+    for (workload, name) in workloads.iter().zip(names) {
+        rows.extend(measure(
+            session,
+            workload,
+            n,
+            &[(name, "ns_per_op")],
+            false,
+        )?);
+    }
+    Ok(rows)
+}

@@ -1,0 +1,643 @@
+//! Turns the measurements into the Markdown tables printed on stdout (and pasted into
+//! BENCHMARKS.md) and the `--json` document.
+//!
+//! All ratios are computed here, from the bests of runs of the same benchmark run, so a
+//! table never mixes figures from different runs or machines.
+
+use std::fmt::Write;
+
+use memtrack::{ProbeInfo, ProbePlacement};
+
+use crate::{
+    isolation::IsolationResult,
+    json::Json,
+    lifecycle::LatencyRow,
+    probe_cost::{OpRow, PerOp},
+    samples::Samples,
+    session::CountCheck,
+    settings::Settings,
+    threads::ThreadsResult,
+};
+
+/// Picks one clock's samples (wall or CPU) of a setup.
+type Clock = fn(&PerOp) -> &Samples;
+
+/// Where and when the figures were measured.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// UTC date, YYYY-MM-DD.
+    pub date: String,
+    /// CPUs available to this process.
+    pub cpus: usize,
+    /// CPU model name from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// e.g. "x86_64".
+    pub arch: &'static str,
+    /// Kernel release.
+    pub kernel: String,
+    /// e.g. "glibc 2.36".
+    pub libc: String,
+    /// The memtrack source measured: git commit, "+ local changes" when dirty.
+    pub revision: String,
+    /// /proc/loadavg's 1-minute load when the run began and when it ended (other work
+    /// on the machine disturbs the figures; the bests are the least disturbed).
+    pub load: (f64, f64),
+}
+
+/// Everything one benchmark run measured; sections not run are `None` / empty.
+pub struct Report {
+    /// Where and when.
+    pub machine: Machine,
+    /// Sizes and repetitions used.
+    pub settings: Settings,
+    /// The command line that produced it.
+    pub command: String,
+    /// Benchmarks 1 and 2.
+    pub operations: Vec<OpRow>,
+    /// Benchmark 3.
+    pub threads: Option<ThreadsResult>,
+    /// Benchmark 4, in-process trackers.
+    pub lifecycle: Vec<LatencyRow>,
+    /// Benchmark 4, spawned trackers (from every tracked run).
+    pub spawn_latency: Vec<LatencyRow>,
+    /// Benchmark 5.
+    pub isolation: Option<IsolationResult>,
+    /// Every tracked run's count check.
+    pub checks: Vec<CountCheck>,
+    /// The probe sites of the functions the workloads called, per placement.
+    pub probe_sites: Vec<(ProbePlacement, ProbeInfo)>,
+}
+
+/// ns with a precision that suits its size: "9.3", "1,234".
+fn fmt_ns(ns: f64) -> String {
+    if !ns.is_finite() {
+        return "-".into();
+    }
+    if ns < 100.0 {
+        return format!("{ns:.1}");
+    }
+    thousands(ns.round() as u64)
+}
+
+/// `n` with thousands separators: "1,000,000".
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in ns, in the unit that suits it.
+fn fmt_duration(ns: f64) -> String {
+    match ns {
+        x if !x.is_finite() => "-".into(),
+        x if x < 1e3 => format!("{x:.0} ns"),
+        x if x < 1e6 => format!("{:.1} µs", x / 1e3),
+        x if x < 1e9 => format!("{:.1} ms", x / 1e6),
+        x => format!("{:.2} s", x / 1e9),
+    }
+}
+
+/// A ratio with two or three significant digits: "1.02x", "13.4x", "142x".
+fn fmt_ratio(r: f64) -> String {
+    match r {
+        x if !x.is_finite() => "-".into(),
+        x if x >= 100.0 => format!("{x:.0}x"),
+        x if x >= 10.0 => format!("{x:.1}x"),
+        x => format!("{x:.2}x"),
+    }
+}
+
+/// "best (median)" of a sample set of ns figures.
+fn best_and_median(s: &Samples) -> String {
+    if s.len() < 2 {
+        return fmt_ns(s.min());
+    }
+    format!("{} ({})", fmt_ns(s.min()), fmt_ns(s.median()))
+}
+
+/// The placement's name as in the API.
+fn placement_name(p: ProbePlacement) -> &'static str {
+    match p {
+        ProbePlacement::Cheapest => "Cheapest",
+        ProbePlacement::FunctionEntry => "FunctionEntry",
+    }
+}
+
+/// Median, min, max, count and every value of `s`.
+fn samples_json(s: &Samples) -> Json {
+    Json::obj([
+        ("median", Json::from(s.median())),
+        ("min", Json::from(s.min())),
+        ("max", Json::from(s.max())),
+        ("runs", Json::from(s.len())),
+        (
+            "values",
+            Json::Arr(s.values().iter().map(|&v| Json::from(v)).collect()),
+        ),
+    ])
+}
+
+/// The checks of one (workload, placement), in order of first appearance.
+fn grouped_checks(checks: &[CountCheck]) -> Vec<Vec<&CountCheck>> {
+    let mut groups: Vec<Vec<&CountCheck>> = Vec::new();
+    for check in checks {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].workload == check.workload && g[0].placement == check.placement)
+        {
+            Some(group) => group.push(check),
+            None => groups.push(vec![check]),
+        }
+    }
+    groups
+}
+
+impl Report {
+    /// True when every tracked run counted exactly and lost nothing.
+    pub fn all_exact(&self) -> bool {
+        self.checks.iter().all(CountCheck::exact)
+    }
+
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let m = &self.machine;
+        let s = &self.settings;
+        let _ = writeln!(out, "## memtrack benchmark results\n");
+        let _ = writeln!(
+            out,
+            "{} UTC; {} CPUs {} ({}), Linux {}, {}; memtrack {}; load average {:.1} at \
+             the start, {:.1} at the end; `{}`{}.\n",
+            m.date,
+            m.cpus,
+            m.arch,
+            m.cpu_model,
+            m.kernel,
+            m.libc,
+            m.revision,
+            m.load.0,
+            m.load.1,
+            self.command,
+            if s.quick {
+                " (quick: small loops, few runs; for CI, not for quoting)"
+            } else {
+                ""
+            }
+        );
+        self.operations_md(&mut out);
+        self.threads_md(&mut out);
+        self.checks_md(&mut out);
+        self.probe_sites_md(&mut out);
+        self.lifecycle_md(&mut out);
+        self.isolation_md(&mut out);
+        out
+    }
+
+    /// Benchmarks 1 and 2: one table per clock.
+    fn operations_md(&self, out: &mut String) {
+        if self.operations.is_empty() {
+            return;
+        }
+        let clocks: [(&str, Clock); 2] = [
+            ("wall time (CLOCK_MONOTONIC)", |p| &p.wall),
+            (
+                "CPU time of the process (CLOCK_PROCESS_CPUTIME_ID: user + kernel, \
+                 where the probe handlers run)",
+                |p| &p.cpu,
+            ),
+        ];
+        for (clock, pick) in clocks {
+            let _ = writeln!(
+                out,
+                "### Cost per operation, {clock}: ns, best of runs (median in brackets); \
+                 ratios of the bests\n"
+            );
+            let _ = writeln!(
+                out,
+                "| operation | ops/run | untracked | Cheapest | FunctionEntry | \
+                 Cheapest / untracked | FunctionEntry / untracked | FunctionEntry / Cheapest \
+                 | runs (u/C/FE) |"
+            );
+            let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+            for row in &self.operations {
+                let untracked = pick(&row.untracked);
+                let cheapest = pick(&row.cheapest);
+                let entry = row.function_entry.as_ref().map(pick);
+                let (u, c) = (untracked.min(), cheapest.min());
+                let fe = entry.map(Samples::min);
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{} |",
+                    row.name,
+                    thousands(row.ops),
+                    best_and_median(untracked),
+                    best_and_median(cheapest),
+                    entry.map_or("-".into(), best_and_median),
+                    fmt_ratio(c / u),
+                    fe.map_or("-".into(), |fe| fmt_ratio(fe / u)),
+                    fe.map_or("-".into(), |fe| fmt_ratio(fe / c)),
+                    untracked.len(),
+                    cheapest.len(),
+                    entry.map_or(0, Samples::len),
+                );
+            }
+            let _ = writeln!(out);
+        }
+    }
+
+    /// Benchmark 3.
+    fn threads_md(&self, out: &mut String) {
+        let Some(t) = &self.threads else { return };
+        let pairs = (t.threads * t.ops_per_thread) as f64;
+        let (u, c) = (&t.untracked_wall_ns, &t.tracked_wall_ns);
+        let _ = writeln!(
+            out,
+            "### {} threads x {} malloc+free pairs at once (wall time, best of runs; median \
+             in brackets)\n",
+            t.threads,
+            thousands(t.ops_per_thread)
+        );
+        let _ = writeln!(
+            out,
+            "| setup | wall time | ns per pair (wall / pairs) | CPU ns per pair (all threads) | \
+             runs |\n|---|--:|--:|--:|--:|"
+        );
+        let rows = [
+            ("untracked", u, &t.untracked_cpu_ns),
+            ("tracked (Cheapest)", c, &t.tracked_cpu_ns),
+        ];
+        for (name, wall, cpu) in rows {
+            let _ = writeln!(
+                out,
+                "| {name} | {} ({}) | {} | {} | {} |",
+                fmt_duration(wall.min()),
+                fmt_duration(wall.median()),
+                fmt_ns(wall.min() / pairs),
+                fmt_ns(cpu.min() / pairs),
+                wall.len()
+            );
+        }
+        if let Some(single) = self.operations.first() {
+            let _ = writeln!(
+                out,
+                "| for comparison: 1 thread, tracked (Cheapest), the {} benchmark | | {} | {} | \
+                 {} |",
+                single.name,
+                fmt_ns(single.cheapest.wall.min()),
+                fmt_ns(single.cheapest.cpu.min()),
+                single.cheapest.wall.len()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "| ratio tracked / untracked | {} ({}) | | {} | |\n",
+            fmt_ratio(c.min() / u.min()),
+            fmt_ratio(c.median() / u.median()),
+            fmt_ratio(t.tracked_cpu_ns.min() / t.untracked_cpu_ns.min())
+        );
+    }
+
+    /// The count checks, one line per workload and placement.
+    fn checks_md(&self, out: &mut String) {
+        if self.checks.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "### Counts of the tracked runs, above each program's baseline run (same \
+             program, 0 operations)\n"
+        );
+        let _ = writeln!(
+            out,
+            "| workload | placement | expected allocs / frees / bytes | counted | \
+             lost_events | exact |\n|---|---|--:|--:|--:|--:|"
+        );
+        for group in grouped_checks(&self.checks) {
+            let first = group[0];
+            let exact = group.iter().filter(|c| c.exact()).count();
+            // Show a failing run's numbers when there is one.
+            let shown = group.iter().find(|c| !c.exact()).unwrap_or(&first);
+            let lost: u64 = group
+                .iter()
+                .map(|c| c.lost_events + c.unattributed_lost_events)
+                .sum();
+            let e = &first.expected;
+            let m = &shown.measured;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} / {} / {} | {} / {} / {} | {} | {}/{} runs |",
+                first.workload,
+                placement_name(first.placement),
+                thousands(e.alloc_calls),
+                thousands(e.free_calls),
+                thousands(e.bytes_allocated),
+                thousands(m.alloc_calls),
+                thousands(m.free_calls),
+                thousands(m.bytes_allocated),
+                lost,
+                exact,
+                group.len()
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    /// Where each called function's probes sat, per placement.
+    fn probe_sites_md(&self, out: &mut String) {
+        if self.probe_sites.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "### Where the probes sat (every probed symbol of each function the workloads called)\n\n\
+             | function | object | placement | entry probe | kernel emulates it | return \
+             probe |\n|---|---|---|---|--:|---|"
+        );
+        let mut sites = self.probe_sites.clone();
+        sites.sort_by(|a, b| {
+            (&a.1.function, placement_name(a.0)).cmp(&(&b.1.function, placement_name(b.0)))
+        });
+        for (placement, p) in &sites {
+            let object = p.object.file_name().unwrap_or_default().to_string_lossy();
+            let instruction = if p.entry_instruction.is_empty() {
+                String::new()
+            } else {
+                format!(" `{}`", p.entry_instruction)
+            };
+            let ret = if p.return_probe {
+                format!("+{}", p.return_offset)
+            } else {
+                "none".into()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {object} | {} | +{}{instruction} | {} | {ret} |",
+                p.function,
+                placement_name(*placement),
+                p.entry_offset,
+                if p.entry_emulated {
+                    "yes"
+                } else if p.entry_instruction.is_empty() {
+                    "not decoded"
+                } else {
+                    "no (single-stepped)"
+                },
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    /// Benchmark 4, in-process and spawned trackers.
+    fn lifecycle_md(&self, out: &mut String) {
+        if self.lifecycle.is_empty() && self.spawn_latency.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "### Tracker latency\n");
+        let _ = writeln!(
+            out,
+            "| operation | median | min | max | samples |\n|---|--:|--:|--:|--:|"
+        );
+        for row in self.lifecycle.iter().chain(&self.spawn_latency) {
+            if row.samples_ns.is_empty() {
+                continue;
+            }
+            let s = &row.samples_ns;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                row.name,
+                fmt_duration(s.median()),
+                fmt_duration(s.min()),
+                fmt_duration(s.max()),
+                s.len()
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    /// Benchmark 5.
+    fn isolation_md(&self, out: &mut String) {
+        let Some(i) = &self.isolation else { return };
+        let _ = writeln!(
+            out,
+            "### An unrelated process beside a counting in-process tracker ({} \
+             malloc+free pairs per run)\n",
+            thousands(i.pairs)
+        );
+        let _ = writeln!(
+            out,
+            "| unrelated loop | ns per pair, best (median) | runs |\n|---|--:|--:|"
+        );
+        let _ = writeln!(
+            out,
+            "| no tracker anywhere | {} | {} |",
+            best_and_median(&i.native),
+            i.native.len()
+        );
+        let _ = writeln!(
+            out,
+            "| beside a counting tracker (it counted {} allocations of its own process \
+             meanwhile) | {} | {} |",
+            thousands(i.tracker_counted_allocs),
+            best_and_median(&i.beside),
+            i.beside.len()
+        );
+        let _ = writeln!(
+            out,
+            "| ratio beside / native | {} ({}) | |\n",
+            fmt_ratio(i.beside.min() / i.native.min()),
+            fmt_ratio(i.beside.median() / i.native.median())
+        );
+    }
+
+    /// The report as one JSON document (all samples, not only medians).
+    pub fn json(&self) -> Json {
+        let m = &self.machine;
+        let s = &self.settings;
+        let machine = Json::obj([
+            ("date", Json::str(&m.date)),
+            ("cpus", Json::from(m.cpus)),
+            ("cpu_model", Json::str(&m.cpu_model)),
+            ("arch", Json::str(m.arch)),
+            ("kernel", Json::str(&m.kernel)),
+            ("libc", Json::str(&m.libc)),
+            ("memtrack_revision", Json::str(&m.revision)),
+            ("load_average_start", Json::from(m.load.0)),
+            ("load_average_end", Json::from(m.load.1)),
+        ]);
+        let settings = Json::obj([
+            ("quick", Json::from(s.quick)),
+            ("pairs", Json::from(s.pairs)),
+            ("split_ops", Json::from(s.split_ops)),
+            ("function_ops", Json::from(s.function_ops)),
+            ("threads", Json::from(s.threads)),
+            ("thread_ops", Json::from(s.thread_ops)),
+            ("native_runs", Json::from(s.native_runs)),
+            ("tracked_runs", Json::from(s.tracked_runs)),
+            ("function_entry_runs", Json::from(s.function_entry_runs)),
+            ("lifecycle_iterations", Json::from(s.lifecycle_iterations)),
+            ("isolation_runs", Json::from(s.isolation_runs)),
+            ("close_spawned", Json::from(s.close_spawned)),
+        ]);
+        let per_op = |p: &PerOp| {
+            Json::obj([
+                ("wall", samples_json(&p.wall)),
+                ("cpu", samples_json(&p.cpu)),
+            ])
+        };
+        let operations = self
+            .operations
+            .iter()
+            .map(|row| {
+                let ratios = |pick: Clock| {
+                    let (u, c) = (pick(&row.untracked).min(), pick(&row.cheapest).min());
+                    let fe = row.function_entry.as_ref().map(|p| pick(p).min());
+                    Json::obj([
+                        ("cheapest_over_untracked", Json::from(c / u)),
+                        (
+                            "function_entry_over_untracked",
+                            Json::from(fe.map(|f| f / u)),
+                        ),
+                        (
+                            "function_entry_over_cheapest",
+                            Json::from(fe.map(|f| f / c)),
+                        ),
+                    ])
+                };
+                Json::obj([
+                    ("name", Json::str(&row.name)),
+                    ("ops_per_run", Json::from(row.ops)),
+                    ("untracked_ns", per_op(&row.untracked)),
+                    ("cheapest_ns", per_op(&row.cheapest)),
+                    (
+                        "function_entry_ns",
+                        row.function_entry.as_ref().map_or(Json::Null, per_op),
+                    ),
+                    ("ratios_of_best_wall", ratios(|p| &p.wall)),
+                    ("ratios_of_best_cpu", ratios(|p| &p.cpu)),
+                ])
+            })
+            .collect();
+        let threads = self.threads.as_ref().map_or(Json::Null, |t| {
+            Json::obj([
+                ("threads", Json::from(t.threads)),
+                ("ops_per_thread", Json::from(t.ops_per_thread)),
+                ("untracked_wall_ns", samples_json(&t.untracked_wall_ns)),
+                ("tracked_wall_ns", samples_json(&t.tracked_wall_ns)),
+                ("untracked_cpu_ns", samples_json(&t.untracked_cpu_ns)),
+                ("tracked_cpu_ns", samples_json(&t.tracked_cpu_ns)),
+                (
+                    "tracked_over_untracked",
+                    Json::from(t.tracked_wall_ns.median() / t.untracked_wall_ns.median()),
+                ),
+            ])
+        });
+        let latency = |rows: &[LatencyRow]| {
+            Json::Arr(
+                rows.iter()
+                    .map(|r| {
+                        Json::obj([
+                            ("operation", Json::str(&r.name)),
+                            ("ns", samples_json(&r.samples_ns)),
+                        ])
+                    })
+                    .collect(),
+            )
+        };
+        let isolation = self.isolation.as_ref().map_or(Json::Null, |i| {
+            Json::obj([
+                ("pairs", Json::from(i.pairs)),
+                ("native_ns_per_pair", samples_json(&i.native)),
+                ("beside_ns_per_pair", samples_json(&i.beside)),
+                (
+                    "beside_over_native",
+                    Json::from(i.beside.median() / i.native.median()),
+                ),
+                (
+                    "tracker_counted_allocs",
+                    Json::from(i.tracker_counted_allocs),
+                ),
+            ])
+        });
+        let counts = |c: &crate::workload::Counts| {
+            Json::obj([
+                ("alloc_calls", Json::from(c.alloc_calls)),
+                ("free_calls", Json::from(c.free_calls)),
+                ("bytes_allocated", Json::from(c.bytes_allocated)),
+            ])
+        };
+        let checks = self
+            .checks
+            .iter()
+            .map(|c| {
+                Json::obj([
+                    ("workload", Json::str(&c.workload)),
+                    ("placement", Json::str(placement_name(c.placement))),
+                    ("expected_above_baseline", counts(&c.expected)),
+                    ("counted_above_baseline", counts(&c.measured)),
+                    ("lost_events", Json::from(c.lost_events)),
+                    (
+                        "unattributed_lost_events",
+                        Json::from(c.unattributed_lost_events),
+                    ),
+                    ("processes", Json::from(c.processes)),
+                    ("exact", Json::from(c.exact())),
+                ])
+            })
+            .collect();
+        Json::obj([
+            ("command", Json::str(&self.command)),
+            ("machine", machine),
+            ("settings", settings),
+            ("operations", Json::Arr(operations)),
+            ("threads", threads),
+            ("lifecycle", latency(&self.lifecycle)),
+            ("spawn_latency", latency(&self.spawn_latency)),
+            ("isolation", isolation),
+            ("count_checks", Json::Arr(checks)),
+            (
+                "probe_sites",
+                Json::Arr(
+                    self.probe_sites
+                        .iter()
+                        .map(|(placement, p)| {
+                            Json::obj([
+                                ("function", Json::str(&p.function)),
+                                ("object", Json::str(p.object.display().to_string())),
+                                ("placement", Json::str(placement_name(*placement))),
+                                ("entry_offset", Json::from(p.entry_offset)),
+                                ("entry_instruction", Json::str(&p.entry_instruction)),
+                                ("entry_emulated", Json::from(p.entry_emulated)),
+                                ("return_probe", Json::from(p.return_probe)),
+                                ("return_offset", Json::from(p.return_offset)),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            ("all_counts_exact", Json::from(self.all_exact())),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_numbers_for_tables() {
+        assert_eq!(fmt_ns(9.26), "9.3");
+        assert_eq!(fmt_ns(9750.4), "9,750");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        assert_eq!(fmt_ratio(1.0234), "1.02x");
+        assert_eq!(fmt_ratio(13.44), "13.4x");
+        assert_eq!(fmt_duration(2.7e9), "2.70 s");
+        assert_eq!(fmt_duration(130e6), "130.0 ms");
+    }
+}

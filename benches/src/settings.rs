@@ -1,0 +1,77 @@
+//! How big and how repeated each benchmark is: the full run (figures for BENCHMARKS.md,
+//! a few minutes) and `--quick` (a smoke run for CI, well under a minute).
+//!
+//! Tracked runs cost seconds each regardless of the loop (the kernel takes ~140 ms per
+//! uprobe link to detach, ~2.5 s per tracker on the reference VM), so `--quick` cuts the
+//! number of trackers as well as iterations.
+
+/// Sizes and repetition counts.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// True for `--quick`.
+    pub quick: bool,
+    /// malloc+free pairs per run of benchmark 1.
+    pub pairs: u64,
+    /// Operations per run of the batched malloc-then-free split (0: not run).
+    pub split_ops: u64,
+    /// Operations per run of benchmark 2 (calloc, realloc, posix_memalign, new/delete).
+    pub function_ops: u64,
+    /// Threads of benchmark 3.
+    pub threads: u64,
+    /// malloc+free pairs per thread in benchmark 3.
+    pub thread_ops: u64,
+    /// Untracked runs per workload.
+    pub native_runs: usize,
+    /// Tracked runs per workload with `ProbePlacement::Cheapest`.
+    pub tracked_runs: usize,
+    /// Tracked runs per workload with `ProbePlacement::FunctionEntry` (the slow one).
+    pub function_entry_runs: usize,
+    /// In-process trackers made and dropped for the latency benchmark.
+    pub lifecycle_iterations: usize,
+    /// Runs of the unrelated loop, natively and beside a counting tracker.
+    pub isolation_runs: usize,
+    /// End spawned trackers with `Tracker::close()` (waits ~2 s for the kernel to
+    /// remove the probes, so no detaching overlaps the next run) rather than a drop.
+    pub close_spawned: bool,
+}
+
+impl Settings {
+    /// The full run: 1,000,000 operations per run, medians of several runs.
+    pub fn full() -> Settings {
+        Settings {
+            quick: false,
+            pairs: 1_000_000,
+            split_ops: 200_000,
+            function_ops: 1_000_000,
+            threads: 8,
+            thread_ops: 1_000_000,
+            native_runs: 7,
+            tracked_runs: 3,
+            function_entry_runs: 3,
+            lifecycle_iterations: 20,
+            isolation_runs: 7,
+            close_spawned: true,
+        }
+    }
+
+    /// The CI smoke run: small loops, one tracked run per placement and workload.
+    pub fn quick() -> Settings {
+        Settings {
+            quick: true,
+            pairs: 20_000,
+            // Every tracked run costs ~2.5 s of uprobe detaching here: keep to the rows
+            // that exercise distinct paths.
+            split_ops: 0,
+            function_ops: 20_000,
+            threads: 8,
+            thread_ops: 20_000,
+            native_runs: 5,
+            tracked_runs: 1,
+            function_entry_runs: 1,
+            lifecycle_iterations: 1,
+            isolation_runs: 3,
+            // Waiting for the kernel would double the run time.
+            close_spawned: false,
+        }
+    }
+}
