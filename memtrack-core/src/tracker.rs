@@ -204,7 +204,10 @@ impl TrackerBuilder {
 
     /// Tracks a running process and every process it starts from now on. Calls made
     /// before the probes are attached are not counted (frees of those blocks show as
-    /// `unmatched_frees`).
+    /// `unmatched_frees`). Needs CAP_SYS_PTRACE over the process (root, or the same user
+    /// with a permissive `kernel.yama.ptrace_scope`). If `pid` is a child of the calling
+    /// process, the tracker reaps it when it exits: take its exit status from
+    /// [`Tracker::wait`], not from your own `wait`.
     pub fn attach_pid(self, pid: u32) -> Result<Tracker> {
         if self.scope == Scope::Thread {
             return Err(Error::Usage(

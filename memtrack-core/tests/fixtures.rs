@@ -168,3 +168,44 @@ fn prestart_free_without_protocol() {
     );
     assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
 }
+
+/// Tracking a process that is already running (`attach_pid`): the same numbers as when
+/// tracking starts at the protocol's "go".
+#[test]
+fn attach_to_a_running_process() {
+    if !require_privileges("attach_pid") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
+    let (go_r, go_w) = nix::unistd::pipe().unwrap();
+    let (ready_w_fd, go_r_fd) = (ready_w.as_raw_fd(), go_r.as_raw_fd());
+    let mut cmd = std::process::Command::new(fixture("prestart_free"));
+    // SAFETY: only dup2 between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(ready_w_fd, 3) < 0 || libc::dup2(go_r_fd, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop(ready_w);
+    drop(go_r);
+    let mut byte = [0u8; 1];
+    std::fs::File::from(ready_r).read_exact(&mut byte).unwrap();
+    let tracker = Tracker::builder().attach_pid(child.id()).unwrap();
+    nix::unistd::write(&go_w, b"G").unwrap();
+    drop(go_w);
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0));
+    let stats = tracker.collect().unwrap();
+    let d = diff(
+        &stats,
+        &expected()["fixtures"]["prestart_free"]["processes"]["main"],
+    );
+    assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
+    // The tracker reaped its own process's child; waiting for it again finds nothing.
+    drop(child);
+}
