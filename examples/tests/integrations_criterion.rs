@@ -189,6 +189,7 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
     let options = RunOptions {
         output: Some(dir.path().join("results")),
         run_as: None,
+        ..Default::default()
     };
     let outcome = memtrack::runner::run(spec, &options).unwrap();
     assert_eq!(outcome.exit.code, Some(0));

@@ -13,6 +13,7 @@ fn run(spec: CommandSpec) -> (memtrack::runner::RunOutcome, tempfile::TempDir) {
     let options = RunOptions {
         output: Some(dir.path().to_path_buf()),
         run_as: None,
+        ..Default::default()
     };
     (memtrack::runner::run(spec, &options).unwrap(), dir)
 }

@@ -35,6 +35,9 @@ pub struct RunOptions {
     pub output: Option<PathBuf>,
     /// Run the command as this (uid, gid), e.g. the invoking user of sudo.
     pub run_as: Option<(u32, u32)>,
+    /// Capacity of the kernel's live-block map (None: the default, 1,048,576 blocks).
+    /// More live blocks than this across the tracked processes show as `lost_events`.
+    pub max_live_blocks: Option<u32>,
 }
 
 /// What a run produced.
@@ -186,7 +189,11 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
     spec.env.push((name.into(), Some(value)));
 
     install_signal_forwarding();
-    let tracker = Tracker::builder().spawn(spec)?;
+    let mut builder = Tracker::builder();
+    if let Some(blocks) = options.max_live_blocks {
+        builder = builder.max_live_blocks(blocks);
+    }
+    let tracker = builder.spawn(spec)?;
     FORWARD_TO.store(tracker.pid() as i32, Ordering::SeqCst);
     let handler = MemoryHandler {
         control: tracker.control(),

@@ -34,6 +34,10 @@ enum Command {
         /// Print one JSON object on stdout instead of the human report.
         #[arg(long)]
         json: bool,
+        /// Live blocks the kernel map holds across all tracked processes (default
+        /// 1048576); beyond it, blocks are counted as lost events.
+        #[arg(long, value_name = "BLOCKS")]
+        max_live_blocks: Option<u32>,
         /// The command and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<std::ffi::OsString>,
@@ -54,7 +58,12 @@ const MEMTRACK_FAILURE: u8 = 2;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { output, json, cmd } => run(output, json, cmd),
+        Command::Run {
+            output,
+            json,
+            max_live_blocks,
+            cmd,
+        } => run(output, json, max_live_blocks, cmd),
         Command::Report { dir, json } => match MemtrackResult::read_dir(&dir) {
             Ok(results) => {
                 print_report(&results, json);
@@ -86,13 +95,19 @@ fn sudo_identity() -> Option<(u32, u32)> {
     Some((uid, gid))
 }
 
-fn run(output: Option<PathBuf>, json: bool, cmd: Vec<std::ffi::OsString>) -> ExitCode {
+fn run(
+    output: Option<PathBuf>,
+    json: bool,
+    max_live_blocks: Option<u32>,
+    cmd: Vec<std::ffi::OsString>,
+) -> ExitCode {
     let mut argv = cmd.into_iter();
     let program = argv.next().expect("clap requires the command");
     let spec = CommandSpec::new(program).args(argv);
     let options = RunOptions {
         output,
         run_as: sudo_identity(),
+        max_live_blocks,
     };
     let outcome = match memtrack::runner::run(spec, &options) {
         Ok(outcome) => outcome,
