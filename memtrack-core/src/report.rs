@@ -131,7 +131,7 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
         line(
             "unmatched frees",
             format!(
-                "{} (pointers allocated before tracking)",
+                "{} (pointers memtrack did not see allocated)",
                 stats.unmatched_frees
             ),
         );

@@ -181,3 +181,25 @@ fn sudo_user_runs_the_command() {
     );
     assert_eq!(std::fs::read_to_string(&id_file).unwrap(), "65534\n65534\n");
 }
+
+/// A live-block map too small for the program: the loss is counted and shown, never
+/// silent.
+#[test]
+fn a_full_live_map_is_reported_as_lost_events() {
+    if !require_privileges("full_live_map") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = memtrack()
+        .args(["run", "--max-live-blocks", "2", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(fixture("leak"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("LOST EVENTS"), "{text}");
+    let results = memtrack::MemtrackResult::read_dir(dir.path()).unwrap();
+    assert!(results[0].stats.lost_events > 0, "{:#?}", results[0].stats);
+}
