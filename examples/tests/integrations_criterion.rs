@@ -7,26 +7,17 @@
 
 use memtrack_test_support::{copy_for_nobody, require_privileges};
 use std::{
-    os::{fd::AsRawFd, unix::fs::PermissionsExt},
+    os::unix::fs::PermissionsExt,
     path::Path,
     process::{Command, Output},
 };
 
-use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
+use memtrack::{CommandSpec, MemtrackResult};
+
+mod common;
+use common::{Captured, Numbers, memtrack_lines, numbers, run_under_runner, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_criterion_alloc");
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The lines of `stderr` that memtrack wrote.
-fn memtrack_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|l| l.starts_with("memtrack"))
-        .collect()
-}
 
 /// Runs the example outside any runner, with criterion's and memtrack's output in `dir`.
 fn run_in_process(dir: &Path) -> Output {
@@ -55,23 +46,8 @@ fn estimate(criterion_home: &Path, id: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} in {}: {json}", path.display()))
 }
 
-/// (alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes,
-/// peak_live_bytes, failed + unmatched + lost)
-fn numbers(s: &memtrack::Stats) -> (u64, u64, u64, u64, u64, u64, u64, u64) {
-    (
-        s.alloc_calls,
-        s.bytes_allocated,
-        s.free_calls,
-        s.bytes_freed,
-        s.live_blocks,
-        s.live_bytes,
-        s.peak_live_bytes,
-        s.failed_allocs + s.unmatched_frees + s.lost_events,
-    )
-}
-
-const THREE_BLOCKS: (u64, u64, u64, u64, u64, u64, u64, u64) = (3, 192, 3, 192, 0, 0, 192, 0);
-const VEC_GROW_100: (u64, u64, u64, u64, u64, u64, u64, u64) = (6, 2016, 5, 992, 1, 1024, 1024, 0);
+const THREE_BLOCKS: Numbers = (3, 192, 3, 192, 0, 0, 192, 0);
+const VEC_GROW_100: Numbers = (6, 2016, 5, 992, 1, 1024, 1024, 0);
 
 #[test]
 fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
@@ -179,21 +155,16 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
     if !require_privileges("under_the_runner_each_benchmark_is_one_exact_region") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
-    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-    let spec = CommandSpec::new(BIN)
-        .env("CRITERION_HOME", dir.path().join("criterion"))
-        .fd(1, stdout.as_raw_fd())
-        .fd(2, stderr.as_raw_fd());
-    let options = RunOptions {
-        output: Some(dir.path().join("results")),
-        run_as: None,
-        ..Default::default()
-    };
-    let outcome = memtrack::runner::run(spec, &options).unwrap();
+    let Captured {
+        outcome,
+        stderr,
+        dir,
+        ..
+    } = run_under_runner(
+        |spec, dir| spec.env("CRITERION_HOME", dir.join("criterion")),
+        CommandSpec::new(BIN),
+    );
     assert_eq!(outcome.exit.code, Some(0));
-    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert_eq!(
         memtrack_lines(&stderr),
         vec![

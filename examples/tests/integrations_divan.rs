@@ -7,45 +7,18 @@
 
 use memtrack_test_support::{copy_for_nobody, require_privileges};
 use std::{
-    os::fd::AsRawFd,
     path::Path,
     process::{Command, Output},
 };
 
-use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
+use memtrack::{CommandSpec, MemtrackResult};
+
+mod common;
+use common::{Captured, Numbers, memtrack_lines, numbers, run_under_runner, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_divan_suite");
 /// Benchmark, few samples: the counts do not depend on them.
 const ARGS: [&str; 3] = ["--bench", "--sample-count", "3"];
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The lines of `stderr` that memtrack wrote.
-fn memtrack_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|l| l.starts_with("memtrack"))
-        .collect()
-}
-
-type Numbers = (u64, u64, u64, u64, u64, u64, u64, u64);
-
-/// (alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes,
-/// peak_live_bytes, failed + unmatched + lost)
-fn numbers(s: &memtrack::Stats) -> Numbers {
-    (
-        s.alloc_calls,
-        s.bytes_allocated,
-        s.free_calls,
-        s.bytes_freed,
-        s.live_blocks,
-        s.live_bytes,
-        s.peak_live_bytes,
-        s.failed_allocs + s.unmatched_frees + s.lost_events,
-    )
-}
 
 /// The suite's benchmarks in divan's (alphabetical) order, with their exact numbers.
 const EXPECTED: [(&str, Numbers); 3] = [
@@ -162,21 +135,13 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
     if !require_privileges("under_the_runner_each_divan_benchmark_is_one_exact_region") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
-    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-    let spec = CommandSpec::new(BIN)
-        .args(ARGS)
-        .fd(1, stdout.as_raw_fd())
-        .fd(2, stderr.as_raw_fd());
-    let options = RunOptions {
-        output: Some(dir.path().join("results")),
-        run_as: None,
-        ..Default::default()
-    };
-    let outcome = memtrack::runner::run(spec, &options).unwrap();
+    let Captured {
+        outcome,
+        stdout,
+        stderr,
+        dir,
+    } = run_under_runner(|spec, _| spec, CommandSpec::new(BIN).args(ARGS));
     assert_eq!(outcome.exit.code, Some(0));
-    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert_eq!(
         memtrack_lines(&stderr),
         vec![
@@ -185,7 +150,6 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
         ],
         "{stderr}"
     );
-    let stdout = std::fs::read_to_string(dir.path().join("stdout")).unwrap();
     assert!(
         stdout.ends_with(
             "memtrack: `memtrack run` counted one iteration of each benchmark: see its report\n"

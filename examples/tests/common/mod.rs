@@ -1,0 +1,76 @@
+//! Shared by the example suites: reading output, the numbers compared, running an
+//! example under the runner with its output captured.
+#![allow(dead_code)]
+
+use std::os::fd::AsRawFd;
+
+use memtrack::{CommandSpec, runner::RunOptions, runner::RunOutcome};
+
+/// Lossy UTF-8 of a program's output.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines of `stderr` that memtrack wrote.
+pub fn memtrack_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("memtrack"))
+        .collect()
+}
+
+/// (alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes,
+/// peak_live_bytes, failed + unmatched + lost)
+pub type Numbers = (u64, u64, u64, u64, u64, u64, u64, u64);
+
+/// The [`Numbers`] of some counters.
+pub fn numbers(s: &memtrack::Stats) -> Numbers {
+    (
+        s.alloc_calls,
+        s.bytes_allocated,
+        s.free_calls,
+        s.bytes_freed,
+        s.live_blocks,
+        s.live_bytes,
+        s.peak_live_bytes,
+        s.failed_allocs + s.unmatched_frees + s.lost_events,
+    )
+}
+
+/// What a run under the runner produced.
+pub struct Captured {
+    /// The runner's outcome.
+    pub outcome: RunOutcome,
+    /// The command's stdout.
+    pub stdout: String,
+    /// The command's stderr.
+    pub stderr: String,
+    /// Holds the result files (`results/`) and anything the caller put there.
+    pub dir: tempfile::TempDir,
+}
+
+/// Runs `spec` under `memtrack::runner::run` (what `memtrack run` does) with its stdout
+/// and stderr captured, result files in `dir/results`. `prepare` may adjust the spec
+/// with the directory (e.g. to point the harness's output there).
+pub fn run_under_runner(
+    prepare: impl FnOnce(CommandSpec, &std::path::Path) -> CommandSpec,
+    spec: CommandSpec,
+) -> Captured {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
+    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let spec = prepare(spec, dir.path())
+        .fd(1, stdout.as_raw_fd())
+        .fd(2, stderr.as_raw_fd());
+    let options = RunOptions {
+        output: Some(dir.path().join("results")),
+        ..Default::default()
+    };
+    let outcome = memtrack::runner::run(spec, &options).unwrap();
+    Captured {
+        outcome,
+        stdout: std::fs::read_to_string(dir.path().join("stdout")).unwrap(),
+        stderr: std::fs::read_to_string(dir.path().join("stderr")).unwrap(),
+        dir,
+    }
+}
