@@ -15,7 +15,10 @@ use std::{
 use memtrack::{CommandSpec, MemtrackResult};
 
 mod common;
-use common::{Captured, Numbers, memtrack_lines, numbers, run_under_runner, text};
+use common::{
+    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, memtrack_lines, numbers, run_under_runner,
+    text,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_criterion_alloc");
 
@@ -58,14 +61,7 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
     let output = run_in_process(dir.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
 
-    assert_eq!(
-        memtrack_lines(&stderr),
-        vec![
-            "memtrack: not under `memtrack run`: counting allocations in-process with eBPF \
-             (measuring thread only)"
-        ],
-        "{stderr}"
-    );
+    assert_eq!(memtrack_lines(&stderr), vec![IN_PROCESS_LINE], "{stderr}");
     // memtrack's own line, exact, and criterion's report in bytes / allocs per iteration.
     for expected in [
         "memtrack three_blocks: 3 allocs, 192 B allocated, peak 192 B live, 0 B live at end \
@@ -165,14 +161,7 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
         CommandSpec::new(BIN),
     );
     assert_eq!(outcome.exit.code, Some(0));
-    assert_eq!(
-        memtrack_lines(&stderr),
-        vec![
-            "memtrack: under `memtrack run`: the runner counts one iteration of each memtrack \
-             benchmark and reports it"
-        ],
-        "{stderr}"
-    );
+    assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
 
     let got: Vec<(&str, _)> = outcome
         .benchmarks

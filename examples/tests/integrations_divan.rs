@@ -14,7 +14,10 @@ use std::{
 use memtrack::{CommandSpec, MemtrackResult};
 
 mod common;
-use common::{Captured, Numbers, memtrack_lines, numbers, run_under_runner, text};
+use common::{
+    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, memtrack_lines, numbers, run_under_runner,
+    text,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_divan_suite");
 /// Benchmark, few samples: the counts do not depend on them.
@@ -54,14 +57,7 @@ fn in_process_divan_prints_the_exact_table_and_saves_results() {
     let out = tempfile::tempdir().unwrap();
     let output = run_in_process(out.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-    assert_eq!(
-        memtrack_lines(&stderr),
-        vec![
-            "memtrack: not under `memtrack run`: counting allocations in-process with eBPF \
-             (measuring thread only)"
-        ],
-        "{stderr}"
-    );
+    assert_eq!(memtrack_lines(&stderr), vec![IN_PROCESS_LINE], "{stderr}");
 
     // divan's own table first, with timings ...
     let ours = stdout
@@ -142,14 +138,7 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
         dir,
     } = run_under_runner(|spec, _| spec, CommandSpec::new(BIN).args(ARGS));
     assert_eq!(outcome.exit.code, Some(0));
-    assert_eq!(
-        memtrack_lines(&stderr),
-        vec![
-            "memtrack: under `memtrack run`: the runner counts one iteration of each memtrack \
-             benchmark and reports it"
-        ],
-        "{stderr}"
-    );
+    assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
     assert!(
         stdout.ends_with(
             "memtrack: `memtrack run` counted one iteration of each benchmark: see its report\n"

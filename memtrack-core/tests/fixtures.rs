@@ -120,25 +120,23 @@ fn fork_parent_and_child_each_exact() {
     assert!(d.is_empty(), "child: {d:#?}");
 }
 
-/// A block allocated before tracking starts and freed after: an unmatched free.
-#[test]
-fn prestart_free_is_unmatched() {
-    if !require_privileges("prestart_free") {
-        return;
-    }
+/// Runs prestart_free through its ready/go protocol (tests/fixtures/fixture.h):
+/// `launch` starts it with the ready pipe's write end and the go pipe's read end (to
+/// become its fds 3 and 4); once it says ready, `at_ready` turns what `launch` returned
+/// into a counting tracker; then "go", and the counters must be the protocol mode's.
+fn prestart_protocol<L>(
+    launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
+    at_ready: impl FnOnce(L) -> Tracker,
+) {
     let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
     let (go_r, go_w) = nix::unistd::pipe().unwrap();
-    let spec = CommandSpec::new(fixture("prestart_free"))
-        .fd(3, ready_w.as_raw_fd())
-        .fd(4, go_r.as_raw_fd());
-    let mut tracker = Tracker::builder().start_enabled(false).spawn(spec).unwrap();
+    let launched = launch(ready_w.as_raw_fd(), go_r.as_raw_fd());
     drop(ready_w);
     drop(go_r);
-    let mut ready = std::fs::File::from(ready_r);
     let mut byte = [0u8; 1];
-    ready.read_exact(&mut byte).unwrap();
+    std::fs::File::from(ready_r).read_exact(&mut byte).unwrap();
     assert_eq!(&byte, b"R");
-    tracker.start().unwrap();
+    let tracker = at_ready(launched);
     nix::unistd::write(&go_w, b"G").unwrap();
     drop(go_w);
     let status = tracker.wait().unwrap();
@@ -149,6 +147,26 @@ fn prestart_free_is_unmatched() {
         &expected()["fixtures"]["prestart_free"]["processes"]["main"],
     );
     assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
+}
+
+/// A block allocated before tracking starts and freed after: an unmatched free.
+#[test]
+fn prestart_free_is_unmatched() {
+    if !require_privileges("prestart_free") {
+        return;
+    }
+    prestart_protocol(
+        |ready_w, go_r| {
+            let spec = CommandSpec::new(fixture("prestart_free"))
+                .fd(3, ready_w)
+                .fd(4, go_r);
+            Tracker::builder().start_enabled(false).spawn(spec).unwrap()
+        },
+        |mut tracker| {
+            tracker.start().unwrap();
+            tracker
+        },
+    );
 }
 
 /// The same fixture with nothing held back: the whole run is tracked.
@@ -170,42 +188,28 @@ fn prestart_free_without_protocol() {
 }
 
 /// Tracking a process that is already running (`attach_pid`): the same numbers as when
-/// tracking starts at the protocol's "go".
+/// tracking starts at the protocol's "go". (The tracker reaps its own process's child:
+/// the `Child` is not waited for.)
 #[test]
 fn attach_to_a_running_process() {
     if !require_privileges("attach_pid") {
         return;
     }
     use std::os::unix::process::CommandExt;
-    let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
-    let (go_r, go_w) = nix::unistd::pipe().unwrap();
-    let (ready_w_fd, go_r_fd) = (ready_w.as_raw_fd(), go_r.as_raw_fd());
-    let mut cmd = std::process::Command::new(fixture("prestart_free"));
-    // SAFETY: only dup2 between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(ready_w_fd, 3) < 0 || libc::dup2(go_r_fd, 4) < 0 {
-                return Err(std::io::Error::last_os_error());
+    prestart_protocol(
+        |ready_w, go_r| {
+            let mut cmd = std::process::Command::new(fixture("prestart_free"));
+            // SAFETY: only dup2 between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(ready_w, 3) < 0 || libc::dup2(go_r, 4) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
             }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().unwrap();
-    drop(ready_w);
-    drop(go_r);
-    let mut byte = [0u8; 1];
-    std::fs::File::from(ready_r).read_exact(&mut byte).unwrap();
-    let tracker = Tracker::builder().attach_pid(child.id()).unwrap();
-    nix::unistd::write(&go_w, b"G").unwrap();
-    drop(go_w);
-    let status = tracker.wait().unwrap();
-    assert_eq!(status.code, Some(0));
-    let stats = tracker.collect().unwrap();
-    let d = diff(
-        &stats,
-        &expected()["fixtures"]["prestart_free"]["processes"]["main"],
+            cmd.spawn().unwrap()
+        },
+        |child| Tracker::builder().attach_pid(child.id()).unwrap(),
     );
-    assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
-    // The tracker reaped its own process's child; waiting for it again finds nothing.
-    drop(child);
 }

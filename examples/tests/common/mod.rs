@@ -6,6 +6,14 @@ use std::os::fd::AsRawFd;
 
 use memtrack::{CommandSpec, runner::RunOptions, runner::RunOutcome};
 
+/// What an integration says on stderr when it counts in-process.
+pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting allocations \
+     in-process with eBPF (measuring thread only)";
+
+/// What an integration says on stderr when it runs under `memtrack run`.
+pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: the runner counts one \
+     iteration of each memtrack benchmark and reports it";
+
 /// Lossy UTF-8 of a program's output.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
