@@ -45,17 +45,22 @@ pub mod kind {
     pub const FREE: u32 = 6;
 }
 
-/// Layout of a probe's attach cookie: the function's counter slot in the low 32 bits,
-/// and in the high 32 bits how many bytes the stack pointer has moved at the probed
-/// instruction (so `rsp + adjust` is the function's entry stack pointer).
+/// Layout of a probe's attach cookie: the function's counter slot in bits 0-15, its
+/// argument layout ([`kind`]) in bits 16-23, and in the high 32 bits how many bytes the
+/// stack pointer has moved at the probed instruction (so `rsp + adjust` is the
+/// function's entry stack pointer).
 pub mod cookie {
     /// The cookie of a probe.
-    pub const fn make(func: u32, stack_adjust: u32) -> u64 {
-        (func as u64) | ((stack_adjust as u64) << 32)
+    pub const fn make(func: u32, kind: u32, stack_adjust: u32) -> u64 {
+        ((func & 0xffff) as u64) | (((kind & 0xff) as u64) << 16) | ((stack_adjust as u64) << 32)
     }
     /// The counter slot of a cookie.
     pub const fn func(cookie: u64) -> u32 {
-        cookie as u32
+        (cookie & 0xffff) as u32
+    }
+    /// The argument layout of a cookie (a [`kind`](super::kind) id).
+    pub const fn kind(cookie: u64) -> u32 {
+        ((cookie >> 16) & 0xff) as u32
     }
     /// The stack adjustment of a cookie, in bytes.
     pub const fn stack_adjust(cookie: u64) -> u64 {

@@ -1,16 +1,24 @@
-//! Detaches uprobe links on a background thread.
+//! Detaches links on a background thread, many at once.
 //!
-//! Closing a uprobe perf event waits for RCU grace periods in the kernel, and the
-//! kernel serialises that work: measured here (Linux 6.18), 19 links took 3.2 s closed
-//! one after another and 2.7 s closed concurrently, about 140 ms each. Counting stops
-//! the moment a process leaves the TRACKED map, so nothing needs to wait for the
-//! links: they go to this thread, which closes them in the background. The follower
-//! thread thus never stalls the processes it follows on another process's exit, and
-//! dropping a [`Tracker`](crate::Tracker) returns at once
-//! ([`Tracker::close`](crate::Tracker::close) waits). uprobe_multi links (one per
-//! program, one wait for all) would remove the cost; aya 0.14 cannot create them.
+//! Closing a uprobe link waits for RCU grace periods in the kernel: 20-50 ms for a
+//! uprobe_multi link (whatever its number of sites), measured here on Linux 6.18. Those
+//! waits overlap when the links are closed from several threads at once (8 links: 36 ms
+//! in all), so a batch is split across short-lived threads. (Perf-event uprobe links, used
+//! on kernels without uprobe_multi, take about 110 ms each and the kernel serialises them
+//! under a global mutex: there, closing in parallel does not help.)
+//!
+//! Counting stops the moment a process leaves the TRACKED map, so nothing needs to wait
+//! for the links: dropping a [`Tracker`](crate::Tracker) hands them to this thread and
+//! returns at once, and the follower thread never stalls the processes it follows on
+//! another process's exit. [`Tracker::close`](crate::Tracker::close) waits.
+//!
+//! The process must not exit while links are being closed: the exit kills this thread in
+//! the middle of the kernel's unregistering, which then fails and leaks the uprobes
+//! ("failed to unregister, leaking uprobe" in the kernel log; seen here when a test
+//! dropped its tracker just before the test binary exited). An `atexit` handler
+//! therefore waits for the batches still in flight (at most [`EXIT_WAIT`]).
 
-use std::sync::LazyLock;
+use std::{sync::LazyLock, time::Duration};
 
 use crossbeam_channel::{Sender, unbounded};
 
@@ -24,13 +32,18 @@ struct Batch {
     done: Option<Sender<()>>,
 }
 
+/// How long the exit handler waits for links still being closed.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
 static CLOSER: LazyLock<Option<Sender<Batch>>> = LazyLock::new(|| {
     let (tx, rx) = unbounded::<Batch>();
+    // SAFETY: registering a plain `extern "C" fn()` with the C library.
+    unsafe { libc::atexit(wait_at_exit) };
     std::thread::Builder::new()
         .name("memtrack-detach".into())
         .spawn(move || {
             for batch in rx {
-                drop(batch.links);
+                close_all(batch.links);
                 if let Some(done) = batch.done {
                     let _ = done.send(());
                 }
@@ -39,6 +52,44 @@ static CLOSER: LazyLock<Option<Sender<Batch>>> = LazyLock::new(|| {
         .ok()?;
     Some(tx)
 });
+
+/// Runs when the process exits normally (return from `main`, `std::process::exit`):
+/// waits until every batch handed over so far is closed.
+extern "C" fn wait_at_exit() {
+    // CLOSER is initialised: this handler is registered from its initialiser.
+    if let Some(tx) = CLOSER.as_ref() {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let flush = Batch {
+            links: Vec::new(),
+            done: Some(done_tx),
+        };
+        if tx.send(flush).is_ok() {
+            let _ = done_rx.recv_timeout(EXIT_WAIT);
+        }
+    }
+}
+
+/// At most this many threads close one batch.
+const MAX_CLOSERS: usize = 16;
+
+/// Drops every link, spread over up to [`MAX_CLOSERS`] threads, and returns when all
+/// are closed.
+fn close_all(mut links: Vec<Detachable>) {
+    if links.len() <= 1 {
+        drop(links);
+        return;
+    }
+    let per_thread = links.len().div_ceil(MAX_CLOSERS);
+    std::thread::scope(|scope| {
+        while !links.is_empty() {
+            let share = links.split_off(links.len().saturating_sub(per_thread));
+            // A thread that cannot be started drops its share (closing it here).
+            let _ = std::thread::Builder::new()
+                .name("memtrack-detach".into())
+                .spawn_scoped(scope, move || drop(share));
+        }
+    });
+}
 
 /// Closes `links` in the background.
 pub(crate) fn close_later(links: Vec<Detachable>) {

@@ -21,13 +21,6 @@ pub enum Error {
     #[error("this kernel cannot run memtrack: {0}")]
     Unsupported(String),
 
-    /// tracefs is not mounted, so the syscall tracepoints cannot be found.
-    #[error(
-        "tracefs is not mounted at /sys/kernel/tracing; mount it with \
-         `mount -t tracefs nodev /sys/kernel/tracing` (scripts/bootstrap.sh does this)"
-    )]
-    TracefsMissing,
-
     /// None of the process's mapped objects defines an allocator function memtrack knows.
     #[error(
         "process {pid} has no allocator memtrack can probe (no `malloc` in any of its \
@@ -57,25 +50,27 @@ pub enum Error {
     Program {
         /// Program name.
         program: String,
-        /// The cause.
+        /// The cause (for a program the kernel's verifier rejects, the end of its log).
         #[source]
-        source: Box<aya::programs::ProgramError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
-    /// Attaching a uprobe to an allocator function failed.
-    #[error("attaching `{program}` to {path} at offset {offset:#x} (pid {pid}) failed: {source}")]
+    /// Attaching uprobes to allocator functions failed.
+    #[error(
+        "attaching `{program}` to {path} at file offsets {offsets:#x?} (pid {pid}) failed: {source}"
+    )]
     Attach {
         /// Program name.
         program: String,
         /// The ELF object probed.
         path: PathBuf,
-        /// File offset of the probe.
-        offset: u64,
-        /// Process the probe is scoped to.
+        /// File offsets of the probe sites (one link may carry several).
+        offsets: Vec<u64>,
+        /// Process the probes are scoped to.
         pid: u32,
         /// The cause.
         #[source]
-        source: Box<aya::programs::ProgramError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// A map operation failed.

@@ -37,9 +37,10 @@ pub mod runner;
 mod spawn;
 mod stats;
 mod tracker;
+mod uprobe_multi;
 
 pub use error::{Error, Result};
-pub use loader::{ProbeInfo, ProbePlacement};
+pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
 pub use privileges::can_track;
 pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
 pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};

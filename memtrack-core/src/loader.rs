@@ -6,6 +6,7 @@
 use std::{
     collections::BTreeMap,
     num::NonZeroU32,
+    os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
 };
 
@@ -13,13 +14,13 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData},
     programs::{
-        TracePoint, UProbe,
-        trace_point::TracePointLinkId,
+        RawTracePoint, UProbe,
+        raw_trace_point::RawTracePointLinkId,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use memtrack_common::{LiveKey, PidStats, TrackState, global};
-use memtrack_targets::{Kind, ProbeTarget};
+use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -34,38 +35,16 @@ static EBPF_OBJECT: &[u8] =
 /// The one return program all allocating functions share.
 const RETURN_PROGRAM: &str = "alloc_return_prog";
 
-/// (program, tracepoint category, tracepoint name) of the syscall counters.
-const SYSCALL_PROGRAMS: [(&str, &str, &str); 5] = [
-    ("mmap_enter", "syscalls", "sys_enter_mmap"),
-    ("mmap_exit", "syscalls", "sys_exit_mmap"),
-    ("munmap_enter", "syscalls", "sys_enter_munmap"),
-    ("munmap_exit", "syscalls", "sys_exit_munmap"),
-    ("brk_exit", "syscalls", "sys_exit_brk"),
-];
+/// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
+/// raw tracepoint it runs on.
+const SYSCALL_PROGRAM: (&str, &str) = ("sys_exit", "sys_exit");
 
-/// The entry program of each argument layout.
-fn entry_program(kind: Kind) -> &'static str {
-    match kind {
-        Kind::SizeFirst => "alloc_size0_entry",
-        Kind::SizeSecond => "alloc_size1_entry",
-        Kind::Calloc => "calloc_entry",
-        Kind::Realloc => "realloc_entry_prog",
-        Kind::Reallocarray => "reallocarray_entry",
-        Kind::PosixMemalign => "posix_memalign_entry",
-        Kind::Free => "free_entry",
-    }
-}
+/// The one entry program every probed function shares (the cookie says how to read
+/// its arguments).
+const ENTRY_PROGRAM: &str = "alloc_entry_prog";
 
-/// Every entry program.
-const ENTRY_PROGRAMS: [Kind; 7] = [
-    Kind::SizeFirst,
-    Kind::SizeSecond,
-    Kind::Calloc,
-    Kind::Realloc,
-    Kind::Reallocarray,
-    Kind::PosixMemalign,
-    Kind::Free,
-];
+/// Both uprobe programs.
+const UPROBE_PROGRAMS: [&str; 2] = [ENTRY_PROGRAM, RETURN_PROGRAM];
 
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +57,20 @@ pub enum ProbePlacement {
     Cheapest,
     /// At each function's first byte (the classic placement; for comparison).
     FunctionEntry,
+}
+
+/// Which kind of kernel link attaches the uprobes. Counts are the same either way; the
+/// difference is the cost of detaching (see `uprobe_multi.rs` and BENCHMARKS.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UprobeLinks {
+    /// uprobe_multi links (one per probed file, program and process) where the kernel
+    /// has them (Linux 6.6+), else perf-event links. `MEMTRACK_UPROBE_LINKS=perf` in the
+    /// environment makes it `PerfEvent`.
+    #[default]
+    Auto,
+    /// One perf-event link per probe site, as on kernels before 6.6: detaching costs
+    /// about 110 ms per site, serialised in the kernel.
+    PerfEvent,
 }
 
 /// One probed function in one process, as recorded in results: what was measured.
@@ -110,9 +103,23 @@ pub struct ProbeInfo {
     pub return_offset: u64,
 }
 
-struct Link {
-    program: &'static str,
-    id: UProbeLinkId,
+/// One attached uprobe link.
+enum Link {
+    /// A uprobe_multi link: every site of one program in one file (Linux 6.6+).
+    Multi(OwnedFd),
+    /// A perf-event link made by aya: one site (older kernels).
+    Perf {
+        program: &'static str,
+        id: UProbeLinkId,
+    },
+}
+
+/// How uprobes are attached.
+enum UprobeMode {
+    /// The uprobe programs, loaded by `uprobe_multi` for its links, by name.
+    Multi(std::collections::HashMap<&'static str, OwnedFd>),
+    /// aya's perf-event links (the programs are loaded in `ebpf`).
+    Perf,
 }
 
 /// Probes attached for one process.
@@ -130,7 +137,8 @@ pub(crate) struct Engine {
     live: HashMap<MapData, LiveKey, u64>,
     global: Array<MapData, u64>,
     processes: BTreeMap<u32, ProcessLinks>,
-    syscall_links: Vec<(&'static str, TracePointLinkId)>,
+    syscall_links: Vec<(&'static str, RawTracePointLinkId)>,
+    mode: UprobeMode,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
     /// object, not once per process.
@@ -177,45 +185,31 @@ where
 
 impl Engine {
     /// Checks privileges and kernel support, loads and verifies every program, and
-    /// attaches the (globally filtered) syscall tracepoints.
-    pub(crate) fn load(max_live_blocks: u32, placement: ProbePlacement) -> Result<Self> {
+    /// attaches the (globally filtered) syscall counters.
+    pub(crate) fn load(
+        max_live_blocks: u32,
+        placement: ProbePlacement,
+        links: UprobeLinks,
+    ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
         let mut ebpf = EbpfLoader::new()
+            // The programs need no CO-RE relocations (a test checks), so aya need not
+            // parse the kernel's BTF: that takes 20-90 ms here.
+            .btf(None)
             .map_max_entries("LIVE", max_live_blocks)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(Box::new(e)))?;
-        for kind in ENTRY_PROGRAMS {
-            let name = entry_program(kind);
-            let program: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| missing_program(name))?
-                .try_into()
-                .map_err(program_err(name))?;
-            program.load().map_err(program_err(name))?;
-        }
-        let ret: &mut UProbe = ebpf
-            .program_mut(RETURN_PROGRAM)
-            .ok_or_else(|| missing_program(RETURN_PROGRAM))?
-            .try_into()
-            .map_err(program_err(RETURN_PROGRAM))?;
-        ret.load().map_err(program_err(RETURN_PROGRAM))?;
+        let mode = load_uprobe_programs(&mut ebpf, links)?;
 
-        let mut syscall_links = Vec::new();
-        for (name, category, tracepoint) in SYSCALL_PROGRAMS {
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| missing_program(name))?
-                .try_into()
-                .map_err(program_err(name))?;
-            program.load().map_err(program_err(name))?;
-            syscall_links.push((
-                name,
-                program
-                    .attach(category, tracepoint)
-                    .map_err(program_err(name))?,
-            ));
-        }
+        let (name, tracepoint) = SYSCALL_PROGRAM;
+        let program: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| missing_program(name))?
+            .try_into()
+            .map_err(program_err(name))?;
+        program.load().map_err(program_err(name))?;
+        let syscall_links = vec![(name, program.attach(tracepoint).map_err(program_err(name))?)];
 
         let tracked = take_map(&mut ebpf, "TRACKED")?;
         let stats = take_map(&mut ebpf, "STATS")?;
@@ -229,6 +223,7 @@ impl Engine {
             global,
             processes: BTreeMap::new(),
             syscall_links,
+            mode,
             placement,
             sites: std::collections::HashMap::new(),
         })
@@ -263,76 +258,29 @@ impl Engine {
         targets: &[ProbeTarget],
     ) -> Result<Vec<ProbeInfo>> {
         let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
-        let mut added = Vec::new();
+        let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
         for target in targets {
             let already = self.processes.get(&pid).is_some_and(|p| {
                 p.probes
                     .iter()
                     .any(|i| i.object == target.object && i.file_offset == target.file_offset)
             });
-            if already {
-                continue;
+            if !already {
+                planned.push((target, self.site(target)));
             }
-            let info = self.attach_one(pid, scope_pid, target)?;
-            added.push(info);
         }
-        Ok(added)
-    }
-
-    fn attach_one(
-        &mut self,
-        pid: u32,
-        scope_pid: NonZeroU32,
-        target: &ProbeTarget,
-    ) -> Result<ProbeInfo> {
-        let entry = entry_program(target.function.kind());
-        let site = self.site(target);
-        let cookie = memtrack_common::cookie::make(target.function as u32, site.stack_adjust);
-        let id = attach_uprobe(
-            &mut self.ebpf,
-            entry,
-            &target.object,
-            target.file_offset + site.entry_offset,
-            cookie,
-            pid,
-            scope_pid,
-        )?;
-        let links = self.processes.entry(pid).or_default();
-        links.links.push(Link { program: entry, id });
-        let return_probe = target.function.has_return_probe();
-        if return_probe {
-            let id = attach_uprobe(
-                &mut self.ebpf,
-                RETURN_PROGRAM,
-                &target.object,
-                target.file_offset + site.return_offset,
-                cookie,
-                pid,
-                scope_pid,
-            )?;
-            links.links.push(Link {
-                program: RETURN_PROGRAM,
-                id,
-            });
-        }
-        let info = ProbeInfo {
-            function: target.function.name().to_string(),
-            aliases: target
-                .aliases
-                .iter()
-                .map(|a| a.name().to_string())
-                .collect(),
-            object: target.object.clone(),
-            symbol: target.symbol.clone(),
-            file_offset: target.file_offset,
-            entry_offset: site.entry_offset,
-            entry_instruction: site.instruction,
-            entry_emulated: site.emulated,
-            return_probe,
-            return_offset: if return_probe { site.return_offset } else { 0 },
+        let links = match &self.mode {
+            UprobeMode::Multi(programs) => attach_multi(programs, pid, &planned)?,
+            UprobeMode::Perf => attach_perf(&mut self.ebpf, pid, scope_pid, &planned)?,
         };
-        links.probes.push(info.clone());
-        Ok(info)
+        let added: Vec<ProbeInfo> = planned
+            .into_iter()
+            .map(|(target, site)| probe_info(target, site))
+            .collect();
+        let process = self.processes.entry(pid).or_default();
+        process.links.extend(links);
+        process.probes.extend(added.iter().cloned());
+        Ok(added)
     }
 
     /// Where the probes of `target` go, by the configured placement (cached).
@@ -392,13 +340,18 @@ impl Engine {
     fn take_links(&mut self, links: Vec<Link>) -> Vec<crate::detach::Detachable> {
         let mut taken: Vec<crate::detach::Detachable> = Vec::with_capacity(links.len());
         for link in links {
-            if let Some(program) = self.ebpf.program_mut(link.program) {
-                let program: Result<&mut UProbe, _> = program.try_into();
-                // A link that cannot be taken is already gone.
-                if let Ok(program) = program
-                    && let Ok(link) = program.take_link(link.id)
-                {
-                    taken.push(Box::new(link));
+            match link {
+                Link::Multi(fd) => taken.push(Box::new(fd)),
+                Link::Perf { program, id } => {
+                    if let Some(program) = self.ebpf.program_mut(program) {
+                        let program: Result<&mut UProbe, _> = program.try_into();
+                        // A link that cannot be taken is already gone.
+                        if let Ok(program) = program
+                            && let Ok(link) = program.take_link(id)
+                        {
+                            taken.push(Box::new(link));
+                        }
+                    }
                 }
             }
         }
@@ -489,7 +442,7 @@ impl Engine {
         let mut taken = self.take_links(all);
         for (program, id) in std::mem::take(&mut self.syscall_links) {
             if let Some(p) = self.ebpf.program_mut(program) {
-                let p: Result<&mut TracePoint, _> = p.try_into();
+                let p: Result<&mut RawTracePoint, _> = p.try_into();
                 if let Ok(p) = p
                     && let Ok(link) = p.take_link(id)
                 {
@@ -521,33 +474,162 @@ fn missing_program(name: &str) -> Error {
     }
 }
 
-fn attach_uprobe(
+/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else
+/// through aya for perf-event links.
+fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks) -> Result<UprobeMode> {
+    if links == UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
+        let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &UPROBE_PROGRAMS)?;
+        if crate::uprobe_multi::supported(programs[RETURN_PROGRAM].as_fd()) {
+            return Ok(UprobeMode::Multi(programs));
+        }
+    }
+    for name in UPROBE_PROGRAMS {
+        let program: &mut UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| missing_program(name))?
+            .try_into()
+            .map_err(program_err(name))?;
+        program.load().map_err(program_err(name))?;
+    }
+    Ok(UprobeMode::Perf)
+}
+
+/// The cookie every probe of `target` carries: which function, and how far the stack
+/// pointer moved before the entry probe's instruction.
+fn cookie_of(target: &ProbeTarget, site: &Site) -> u64 {
+    memtrack_common::cookie::make(
+        target.function as u32,
+        target.function.kind().id(),
+        site.stack_adjust,
+    )
+}
+
+/// The sites of one uprobe_multi link: file offsets and their cookies.
+type MultiSites = (Vec<u64>, Vec<u64>);
+
+/// One uprobe_multi link per (object, program): every site of the plan that uses it.
+fn attach_multi(
+    programs: &std::collections::HashMap<&'static str, OwnedFd>,
+    pid: u32,
+    planned: &[(&ProbeTarget, Site)],
+) -> Result<Vec<Link>> {
+    let mut groups: BTreeMap<(&Path, &'static str), MultiSites> = BTreeMap::new();
+    for (target, site) in planned {
+        let cookie = cookie_of(target, site);
+        let entry = groups.entry((&target.object, ENTRY_PROGRAM)).or_default();
+        entry.0.push(target.file_offset + site.entry_offset);
+        entry.1.push(cookie);
+        if target.function.has_return_probe() {
+            let ret = groups.entry((&target.object, RETURN_PROGRAM)).or_default();
+            ret.0.push(target.file_offset + site.return_offset);
+            ret.1.push(cookie);
+        }
+    }
+    let mut links = Vec::with_capacity(groups.len());
+    for ((object, program), (offsets, cookies)) in groups {
+        let fd = programs
+            .get(program)
+            .ok_or_else(|| missing_program(program))?;
+        let link = crate::uprobe_multi::attach(
+            fd.as_fd(),
+            object,
+            &offsets,
+            &cookies,
+            pid,
+            program == RETURN_PROGRAM,
+        )
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ESRCH) {
+                return Error::ProcessGone { pid };
+            }
+            Error::Attach {
+                program: program.to_string(),
+                path: object.to_path_buf(),
+                offsets: offsets.clone(),
+                pid,
+                source: Box::new(source),
+            }
+        })?;
+        links.push(Link::Multi(link));
+    }
+    Ok(links)
+}
+
+/// One perf-event link per site (kernels without uprobe_multi).
+fn attach_perf(
     ebpf: &mut Ebpf,
-    program: &'static str,
-    object: &Path,
-    offset: u64,
-    cookie: u64,
     pid: u32,
     scope_pid: NonZeroU32,
-) -> Result<UProbeLinkId> {
-    let prog: &mut UProbe = ebpf
-        .program_mut(program)
-        .ok_or_else(|| missing_program(program))?
-        .try_into()
-        .map_err(program_err(program))?;
-    prog.attach(
-        UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(offset),
-            cookie: Some(cookie),
-        },
-        object,
-        UProbeScope::OneProcess(scope_pid),
-    )
-    .map_err(|source| Error::Attach {
-        program: program.to_string(),
-        path: object.to_path_buf(),
-        offset,
-        pid,
-        source: Box::new(source),
-    })
+    planned: &[(&ProbeTarget, Site)],
+) -> Result<Vec<Link>> {
+    let mut links = Vec::new();
+    for (target, site) in planned {
+        let cookie = cookie_of(target, site);
+        let mut sites = vec![(ENTRY_PROGRAM, site.entry_offset)];
+        if target.function.has_return_probe() {
+            sites.push((RETURN_PROGRAM, site.return_offset));
+        }
+        for (program, offset) in sites {
+            let offset = target.file_offset + offset;
+            let prog: &mut UProbe = ebpf
+                .program_mut(program)
+                .ok_or_else(|| missing_program(program))?
+                .try_into()
+                .map_err(program_err(program))?;
+            let id = prog
+                .attach(
+                    UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(offset),
+                        cookie: Some(cookie),
+                    },
+                    &target.object,
+                    UProbeScope::OneProcess(scope_pid),
+                )
+                .map_err(|source| Error::Attach {
+                    program: program.to_string(),
+                    path: target.object.clone(),
+                    offsets: vec![offset],
+                    pid,
+                    source: Box::new(source),
+                })?;
+            links.push(Link::Perf { program, id });
+        }
+    }
+    Ok(links)
+}
+
+/// What the results record of one probed function.
+fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
+    let return_probe = target.function.has_return_probe();
+    ProbeInfo {
+        function: target.function.name().to_string(),
+        aliases: target
+            .aliases
+            .iter()
+            .map(|a| a.name().to_string())
+            .collect(),
+        object: target.object.clone(),
+        symbol: target.symbol.clone(),
+        file_offset: target.file_offset,
+        entry_offset: site.entry_offset,
+        entry_instruction: site.instruction,
+        entry_emulated: site.emulated,
+        return_probe,
+        return_offset: if return_probe { site.return_offset } else { 0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is
+    /// only right while the programs have no CO-RE relocations.
+    #[test]
+    fn programs_need_no_core_relocations() {
+        let object = aya_obj::Object::parse(super::EBPF_OBJECT).unwrap();
+        assert!(
+            !object.has_btf_relocations(),
+            "the eBPF programs now have CO-RE relocations: pass the kernel's BTF to \
+             EbpfLoader in Engine::load"
+        );
+    }
 }

@@ -58,7 +58,7 @@ pub(crate) fn check() -> Result<()> {
     }
 }
 
-/// Fails with [`Error::Unsupported`] or [`Error::TracefsMissing`] when the kernel lacks
+/// Fails with [`Error::Unsupported`] when the kernel lacks
 /// what memtrack needs.
 pub(crate) fn check_kernel() -> Result<()> {
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -73,9 +73,6 @@ pub(crate) fn check_kernel() -> Result<()> {
              CONFIG_UPROBE_EVENTS is needed)"
                 .into(),
         ));
-    }
-    if !std::path::Path::new("/sys/kernel/tracing/events/syscalls").exists() {
-        return Err(Error::TracefsMissing);
     }
     Ok(())
 }

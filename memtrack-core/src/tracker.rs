@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::{
     error::{Error, Result},
     follow::{Follower, Root},
-    loader::{Engine, ProbeInfo, ProbePlacement},
+    loader::{Engine, ProbeInfo, ProbePlacement, UprobeLinks},
     process::{AllocatorStatus, ProcessRecord, Registry, TrackedProcess},
     spawn::CommandSpec,
     stats::Stats,
@@ -109,6 +109,7 @@ pub struct TrackerBuilder {
     max_live_blocks: u32,
     start_enabled: bool,
     placement: ProbePlacement,
+    links: UprobeLinks,
 }
 
 impl Default for TrackerBuilder {
@@ -118,6 +119,7 @@ impl Default for TrackerBuilder {
             max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
             start_enabled: true,
             placement: ProbePlacement::default(),
+            links: UprobeLinks::default(),
         }
     }
 }
@@ -150,9 +152,20 @@ impl TrackerBuilder {
         self
     }
 
+    /// Which kind of kernel link attaches the uprobes (default: the cheapest to detach
+    /// that the kernel has).
+    pub fn uprobe_links(mut self, links: UprobeLinks) -> Self {
+        self.links = links;
+        self
+    }
+
     fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
         Ok(Arc::new(Shared {
-            engine: Mutex::new(Engine::load(self.max_live_blocks, self.placement)?),
+            engine: Mutex::new(Engine::load(
+                self.max_live_blocks,
+                self.placement,
+                self.links,
+            )?),
             registry: Mutex::new(Registry::new()),
             enabled: AtomicBool::new(enabled),
             root_exit: Mutex::new(None),

@@ -1,23 +1,26 @@
 //! Every C fixture of tests/fixtures runs under the tracker (spawned, followed across
 //! fork) and every counter is compared exactly with tests/fixtures/expected.json, whose
 //! numbers were cross-checked with valgrind DHAT (see tests/fixtures/README.md).
-//! Each single-process fixture runs twice: with the cheapest probe sites (the default)
-//! and with every probe at its function's first byte; the counts must not differ.
+//! Each single-process fixture runs three times: with the cheapest probe sites (the
+//! default), with every probe at its function's first byte, and with perf-event uprobe
+//! links instead of uprobe_multi links (the path for kernels before 6.6); the counts
+//! must not differ.
 
 mod support;
 
 use std::{io::Read, os::fd::AsRawFd};
 
-use memtrack::{CommandSpec, ProbePlacement, Tracker};
+use memtrack::{CommandSpec, ProbePlacement, Tracker, UprobeLinks};
 use support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
-fn check_single(name: &str, placement: ProbePlacement) {
+fn check_single(name: &str, placement: ProbePlacement, links: UprobeLinks) {
     if !require_privileges(name) {
         return;
     }
     let tracker = Tracker::builder()
         .probe_placement(placement)
+        .uprobe_links(links)
         .spawn(CommandSpec::new(fixture(name)))
         .unwrap();
     let status = tracker.wait().unwrap();
@@ -37,19 +40,29 @@ fn check_single(name: &str, placement: ProbePlacement) {
     );
 }
 
-/// One test per fixture and placement: `cheapest::NAME` and `function_entry::NAME`.
+/// One test per fixture and setting: `cheapest::NAME`, `function_entry::NAME` and
+/// `perf_links::NAME`.
 macro_rules! exact {
     ($($name:ident => $fixture:literal),* $(,)?) => {
         mod cheapest {
+            use memtrack::{ProbePlacement, UprobeLinks};
             $(#[test]
             fn $name() {
-                super::check_single($fixture, memtrack::ProbePlacement::Cheapest);
+                super::check_single($fixture, ProbePlacement::Cheapest, UprobeLinks::Auto);
             })*
         }
         mod function_entry {
+            use memtrack::{ProbePlacement, UprobeLinks};
             $(#[test]
             fn $name() {
-                super::check_single($fixture, memtrack::ProbePlacement::FunctionEntry);
+                super::check_single($fixture, ProbePlacement::FunctionEntry, UprobeLinks::Auto);
+            })*
+        }
+        mod perf_links {
+            use memtrack::{ProbePlacement, UprobeLinks};
+            $(#[test]
+            fn $name() {
+                super::check_single($fixture, ProbePlacement::Cheapest, UprobeLinks::PerfEvent);
             })*
         }
     };

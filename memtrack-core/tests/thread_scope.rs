@@ -57,3 +57,51 @@ fn counts_only_the_calling_thread() {
     let allocated_elsewhere: u64 = noise.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(allocated_elsewhere > 0, "the noise threads did allocate");
 }
+
+/// mmap and munmap of this thread, counted exactly (their own counters, not heap
+/// numbers); failed calls are not counted.
+#[test]
+fn mmap_and_munmap_are_counted_exactly() {
+    if !require_privileges("mmap_and_munmap_are_counted_exactly") {
+        return;
+    }
+    const BIG: usize = 1 << 20;
+    const SMALL: usize = 3 * 4096;
+    let mut tracker = Tracker::builder().scope(Scope::Thread).build().unwrap();
+    tracker.start().unwrap();
+    let map = |len: usize| {
+        // SAFETY: an anonymous private mapping; no memory is touched.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        }
+    };
+    let big = map(BIG);
+    let small = map(SMALL);
+    assert_ne!(big, libc::MAP_FAILED);
+    assert_ne!(small, libc::MAP_FAILED);
+    // A zero length fails with EINVAL.
+    assert_eq!(map(0), libc::MAP_FAILED);
+    // SAFETY: unmapping exactly what was mapped above; the unaligned address fails with
+    // EINVAL and unmaps nothing.
+    unsafe {
+        assert_eq!(libc::munmap(small.cast::<u8>().add(1).cast(), 4096), -1);
+        assert_eq!(libc::munmap(big, BIG), 0);
+        assert_eq!(libc::munmap(small, SMALL), 0);
+    }
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    let s = &stats.syscalls;
+    assert_eq!(s.mmap_calls, 2, "{s:?}");
+    assert_eq!(s.mmap_bytes, (BIG + SMALL) as u64, "{s:?}");
+    assert_eq!(s.munmap_calls, 2, "{s:?}");
+    assert_eq!(s.munmap_bytes, (BIG + SMALL) as u64, "{s:?}");
+    assert_eq!(s.brk_calls, 0, "{s:?}");
+    assert_eq!(stats.alloc_calls, 0, "{stats:?}");
+}

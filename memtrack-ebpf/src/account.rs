@@ -134,10 +134,20 @@ pub fn end_call(pid_tgid: u64) -> Option<Pending> {
 /// Counts one call of function `func` (entry side).
 #[inline(always)]
 pub fn count_call(stats: *mut PidStats, func: u32) {
-    if (func as usize) < NUM_FUNCS {
+    if let Some(slot) = slot(func) {
         // SAFETY: index checked; stats points into a live map value.
-        atomics::add(unsafe { &raw mut (*stats).funcs[func as usize].calls }, 1);
+        atomics::add(unsafe { &raw mut (*stats).funcs[slot].calls }, 1);
     }
+}
+
+/// The per-function counter slot of `func`, if it has one. The volatile read makes the
+/// compiler compare and index with one and the same register: otherwise it may index
+/// with another copy of the value, whose bound the verifier does not know.
+#[inline(always)]
+fn slot(func: u32) -> Option<usize> {
+    // SAFETY: reading a local.
+    let func = unsafe { core::ptr::read_volatile(&func) } as usize;
+    if func < NUM_FUNCS { Some(func) } else { None }
 }
 
 /// Counts a failed call of `func`.
@@ -146,8 +156,8 @@ pub fn count_failure(stats: *mut PidStats, func: u32) {
     // SAFETY: stats points into a live map value.
     unsafe {
         atomics::add(&raw mut (*stats).failed_allocs, 1);
-        if (func as usize) < NUM_FUNCS {
-            atomics::add(&raw mut (*stats).funcs[func as usize].failures, 1);
+        if let Some(slot) = slot(func) {
+            atomics::add(&raw mut (*stats).funcs[slot].failures, 1);
         }
     }
 }
@@ -203,8 +213,8 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size:
         atomics::add(&raw mut (*stats).alloc_calls, 1);
         atomics::add(&raw mut (*stats).bytes_allocated, size);
         atomics::add(&raw mut (*stats).live_blocks, 1);
-        if (func as usize) < NUM_FUNCS {
-            atomics::add(&raw mut (*stats).funcs[func as usize].bytes, size);
+        if let Some(slot) = slot(func) {
+            atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
         }
         let bucket = size_bucket(size);
         if bucket < HISTOGRAM_BUCKETS {
@@ -268,10 +278,8 @@ pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
         atomics::add(&raw mut (*stats).bytes_freed, size);
         atomics::sub(&raw mut (*stats).live_blocks, 1);
         atomics::sub(&raw mut (*stats).live_bytes, size);
-        if let Some(func) = credit
-            && (func as usize) < NUM_FUNCS
-        {
-            atomics::add(&raw mut (*stats).funcs[func as usize].bytes, size);
+        if let Some(slot) = credit.and_then(slot) {
+            atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
         }
     }
 }
@@ -315,15 +323,15 @@ pub fn record_unmatched(stats: *mut PidStats) {
 /// A resize to `new_size` of a block whose old size was `old_size`.
 #[inline(always)]
 pub fn record_resize_direction(stats: *mut PidStats, func: u32, old_size: u64, new_size: u64) {
-    if (func as usize) >= NUM_FUNCS {
+    let Some(slot) = slot(func) else {
         return;
-    }
+    };
     // SAFETY: index checked; stats points into a live map value.
     unsafe {
         if new_size > old_size {
-            atomics::add(&raw mut (*stats).funcs[func as usize].grows, 1);
+            atomics::add(&raw mut (*stats).funcs[slot].grows, 1);
         } else if new_size < old_size {
-            atomics::add(&raw mut (*stats).funcs[func as usize].shrinks, 1);
+            atomics::add(&raw mut (*stats).funcs[slot].shrinks, 1);
         }
     }
 }

@@ -10,13 +10,20 @@ use memtrack_common::{
     TrackState, global,
 };
 
-/// tgid -> whether and which threads of the process are counted.
+/// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
+/// inserts into: creating a preallocated map costs start-up time (STATS: 8 MiB, about
+/// 15 ms), and lookups, the only thing the programs do with these, cost the same.
+const NO_PREALLOC: u32 = 1;
+
+/// tgid -> whether and which threads of the process are counted. Written by user space.
 #[map]
-pub static TRACKED: HashMap<u32, TrackState> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+pub static TRACKED: HashMap<u32, TrackState> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
 
 /// tgid -> counters. Inserted (zeroed) by user space; only updated here.
 #[map]
-pub static STATS: HashMap<u32, PidStats> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+pub static STATS: HashMap<u32, PidStats> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
 
 /// (tgid, address) -> requested size in bytes of every live block allocated while tracked.
 /// User space may resize it before loading. Preallocated: creating it costs about 40 ms
@@ -29,10 +36,6 @@ pub static LIVE: HashMap<LiveKey, u64> = HashMap::with_max_entries(DEFAULT_MAX_L
 /// pid_tgid -> arguments of the allocator call in progress on that thread.
 #[map]
 pub static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
-
-/// pid_tgid -> length argument of the mmap/munmap syscall in progress on that thread.
-#[map]
-pub static SYSCALL_PENDING: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
 
 /// Counters not attributable to one process, indexed by `memtrack_common::global`.
 #[map]

@@ -1,8 +1,10 @@
-//! One entry program per argument layout (`memtrack_common::kind`), one shared return
-//! program. Every probed symbol (malloc, operator new, mallocx, mi_malloc, ...) is
-//! attached to the program of its kind with a cookie holding its counter slot and the
-//! probe site's stack adjustment (`memtrack_common::cookie`). The loader attaches them
-//! by these names. Argument layouts follow the System V x86-64 ABI.
+//! One entry program and one return program for every probed symbol (malloc, operator
+//! new, mallocx, mi_malloc, free, ...). Each probe's cookie (`memtrack_common::cookie`)
+//! holds the function's counter slot, its argument layout (`memtrack_common::kind`) and
+//! the probe site's stack adjustment; the entry program dispatches on the layout. One
+//! program each means one uprobe_multi link each per probed file and process, and
+//! detaching a link costs the same for one site or a hundred (loader.rs). The loader
+//! attaches them by these names. Argument layouts follow the System V x86-64 ABI.
 
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, generated::bpf_get_attach_cookie},
@@ -20,6 +22,7 @@ use crate::{
 struct Call {
     pid_tgid: u64,
     func: u32,
+    kind: u32,
     entry_sp: u64,
 }
 
@@ -32,6 +35,7 @@ fn call(ctx: &ProbeContext) -> Call {
     Call {
         pid_tgid: current(),
         func: cookie::func(c),
+        kind: cookie::kind(c),
         entry_sp: account::entry_sp(rsp, c),
     }
 }
@@ -205,50 +209,37 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
     }
 }
 
-/// `f(size, ...)`: malloc, valloc, pvalloc, operator new (all variants), mallocx,
-/// mi_malloc and relatives.
+/// The entry of every probed function; the cookie's layout says how to read it:
+/// - `f(size, ...)`: malloc, valloc, pvalloc, operator new (all variants), mallocx,
+///   mi_malloc and relatives;
+/// - `f(alignment, size)`: aligned_alloc, memalign, mi_aligned_alloc;
+/// - `f(nmemb, size, ...)`: calloc, mi_calloc;
+/// - `f(ptr, size, ...)`: realloc, rallocx, mi_realloc;
+/// - `f(ptr, nmemb, size)`: reallocarray, mi_reallocn;
+/// - `int f(void **memptr, alignment, size)`: posix_memalign, mi_posix_memalign;
+/// - `f(ptr, ...)`: free and the other releasing functions (see [`free_entry`]).
 #[uprobe]
-pub fn alloc_size0_entry(ctx: ProbeContext) -> u32 {
+pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
     let c = call(&ctx);
-    alloc_entry(&c, kind::SIZE_FIRST, arg(&ctx, 0), 0, 0)
-}
-
-/// `f(alignment, size)`: aligned_alloc, memalign, mi_aligned_alloc.
-#[uprobe]
-pub fn alloc_size1_entry(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    alloc_entry(&c, kind::SIZE_SECOND, arg(&ctx, 1), 0, 0)
-}
-
-/// `f(nmemb, size, ...)`: calloc, mi_calloc.
-#[uprobe]
-pub fn calloc_entry(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
-    let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
-    alloc_entry(&c, kind::CALLOC, size, 0, flags)
-}
-
-/// `f(ptr, size, ...)`: realloc, rallocx, mi_realloc.
-#[uprobe]
-pub fn realloc_entry_prog(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    realloc_entry(&c, kind::REALLOC, arg(&ctx, 0), arg(&ctx, 1), false)
-}
-
-/// `f(ptr, nmemb, size)`: reallocarray, mi_reallocn.
-#[uprobe]
-pub fn reallocarray_entry(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
-    realloc_entry(&c, kind::REALLOCARRAY, arg(&ctx, 0), size, overflow)
-}
-
-/// `int f(void **memptr, alignment, size)`: posix_memalign, mi_posix_memalign.
-#[uprobe]
-pub fn posix_memalign_entry(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    alloc_entry(&c, kind::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0), 0)
+    match c.kind {
+        kind::FREE => free_entry(&ctx, &c),
+        kind::SIZE_FIRST => alloc_entry(&c, kind::SIZE_FIRST, arg(&ctx, 0), 0, 0),
+        kind::SIZE_SECOND => alloc_entry(&c, kind::SIZE_SECOND, arg(&ctx, 1), 0, 0),
+        kind::CALLOC => {
+            let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
+            let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
+            alloc_entry(&c, kind::CALLOC, size, 0, flags)
+        }
+        kind::REALLOC => realloc_entry(&c, kind::REALLOC, arg(&ctx, 0), arg(&ctx, 1), false),
+        kind::REALLOCARRAY => {
+            let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
+            realloc_entry(&c, kind::REALLOCARRAY, arg(&ctx, 0), size, overflow)
+        }
+        kind::POSIX_MEMALIGN => {
+            alloc_entry(&c, kind::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0), 0)
+        }
+        _ => 0,
+    }
 }
 
 /// The one return program every allocating function shares: the pending entry says
@@ -262,14 +253,13 @@ pub fn alloc_return_prog(ctx: RetProbeContext) -> u32 {
 /// return probe: a release inside another probed call (glibc's realloc(p, 0) calling
 /// free) belongs to that call and is skipped; one forwarded by another free-like
 /// function is recognised by `account::release`.
-#[uprobe]
-pub fn free_entry(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
-    let Some(stats) = counted_outermost(&c, false) else {
+#[inline(always)]
+fn free_entry(ctx: &ProbeContext, c: &Call) -> u32 {
+    let Some(stats) = counted_outermost(c, false) else {
         return 0;
     };
     let tgid = tgid_of(c.pid_tgid);
-    let ptr = arg(&ctx, 0);
+    let ptr = arg(ctx, 0);
     if ptr == 0 {
         // Counted at every layer: a NULL release leaves no trace to recognise a
         // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).

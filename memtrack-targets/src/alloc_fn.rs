@@ -8,8 +8,8 @@
 
 use iced_x86::Register;
 
-/// How a function takes its arguments and what it does with memory; the eBPF side has
-/// one entry program per kind (`memtrack_common::kind`).
+/// How a function takes its arguments and what it does with memory; the eBPF entry
+/// program reads it from each probe's cookie (`memtrack_common::kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// `f(size, ...)` returns a block.

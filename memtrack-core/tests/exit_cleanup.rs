@@ -1,0 +1,74 @@
+//! A process that drops its tracker and exits at once must not leave uprobes behind.
+//! Links are closed on a background thread; if the exit killed that thread in the
+//! middle, the kernel's unregistering would fail and leak the uprobes (it logs "failed
+//! to unregister, leaking uprobe"). The test runs this binary again as a helper that
+//! does exactly that, and compares the kernel log before and after.
+
+mod support;
+
+use std::process::Command;
+
+use support::require_privileges;
+
+const HELPER_ENV: &str = "MEMTRACK_EXIT_CLEANUP_HELPER";
+/// Helper runs; run `i` exits `i` x 0.5 ms after dropping its tracker.
+const RUNS: usize = 16;
+
+/// Only does something when run by the test below.
+#[test]
+fn helper_drop_then_exit() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    let mut tracker = memtrack::Tracker::new().expect("tracker");
+    tracker.start().expect("start");
+    std::hint::black_box(vec![0u8; 100]);
+    tracker.stop().expect("stop");
+    drop(tracker);
+    // The exit comes at a different moment of the background detaching in each run.
+    let delay_us: u64 = std::env::var(HELPER_ENV).unwrap().parse().unwrap_or(0);
+    std::thread::sleep(std::time::Duration::from_micros(delay_us));
+    std::process::exit(0);
+}
+
+/// Lines of the kernel log that report a leaked uprobe, or None if the log cannot be
+/// read.
+fn leaked_uprobe_lines() -> Option<usize> {
+    let out = Command::new("dmesg").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("leaking uprobe"))
+            .count(),
+    )
+}
+
+#[test]
+fn exiting_right_after_drop_leaks_no_uprobe() {
+    if !require_privileges("exiting_right_after_drop_leaks_no_uprobe") {
+        return;
+    }
+    let Some(before) = leaked_uprobe_lines() else {
+        panic!("cannot read the kernel log with dmesg (as root it should be readable)");
+    };
+    // The window is short (the kernel unregisters a link's sites in microseconds, then
+    // waits): several runs make hitting it likely if the exit does not wait.
+    for run in 0..RUNS {
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "helper_drop_then_exit", "--test-threads", "1"])
+            .env(HELPER_ENV, (run * 500).to_string())
+            .status()
+            .expect("run the helper");
+        assert!(status.success(), "helper failed: {status}");
+    }
+    let after = leaked_uprobe_lines().unwrap();
+    assert_eq!(
+        after,
+        before,
+        "the kernel logged {} 'leaking uprobe' line(s) while the helper exited",
+        after - before
+    );
+}
