@@ -5,7 +5,6 @@
 #   - rustup: nightly rust-src (the eBPF crate is built with -Z build-std=core)
 #   - bpf-linker 0.13 built against LLVM 22, installed into <repo>/.tools (not cached
 #     outside the repo; built at most once per checkout)
-#   - tracefs mounted at /sys/kernel/tracing (uprobes and tracepoints need it)
 # Safe to run repeatedly: every step checks first and does nothing when already done.
 set -euo pipefail
 
@@ -66,14 +65,6 @@ else
     LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked \
         --root "$TOOLS" bpf-linker --version "$BPF_LINKER_VERSION" \
         --no-default-features --features "llvm-${LLVM_MAJOR}"
-fi
-
-if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
-    need_root "mount tracefs"
-    log "mounting tracefs at /sys/kernel/tracing"
-    mount -t tracefs nodev /sys/kernel/tracing
-else
-    log "tracefs: mounted"
 fi
 
 log "done"

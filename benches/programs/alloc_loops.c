@@ -13,12 +13,16 @@
  *                  ns_per_free (and their cpu_ counterparts) besides ns_per_op, to show
  *                  which probe costs what. Not the same glibc fast path as malloc_free (the tcache holds 7
  *                  chunks per size), so compare it tracked against untracked only.
+ *   getppid        syscall(SYS_getppid): no allocation, one system call, to measure
+ *                  what memtrack's syscall counter costs processes it does not track.
  *
  * Prints the ns per operation of the timed loop (see timing.h). The runner derives the
  * exact counts each mode must add to a tracked run from the same formulas.
  */
 #define _GNU_SOURCE
 #include "timing.h"
+
+#include <sys/syscall.h>
 
 static void malloc_free(long ops)
 {
@@ -58,6 +62,12 @@ static void memalign_free(long ops)
         bench_sink = p;
         free(p);
     }
+}
+
+static void getppid_loop(long ops)
+{
+    for (long i = 0; i < ops; i++)
+        bench_sink = (void *)syscall(SYS_getppid);
 }
 
 enum { SPLIT_BATCH = 1000 };
@@ -100,6 +110,7 @@ int main(int argc, char **argv)
         {"realloc_grow", realloc_grow},
         {"memalign_free", memalign_free},
         {"malloc_split", malloc_split},
+        {"getppid", getppid_loop},
     };
     if (argc < 2) {
         static const char usage[] = "usage: alloc_loops MODE [OPS]\n";

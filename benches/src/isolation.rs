@@ -3,10 +3,13 @@
 //!
 //! memtrack scopes its uprobes to the tracked process, so another program mapping the
 //! same libc must run at native speed (a probe that fired there, even one filtered out
-//! in BPF, would cost it ~100x; ../shared/probe-costs.md). The unrelated loop runs
+//! in BPF, would cost it ~100x; ../shared/probe-costs.md). The unrelated loops run
 //! natively before the tracker exists and after it is gone, and in between while it
-//! counts; the ratio is beside / native. The tracker's own latencies are kept for
-//! benchmark 4 (one in-process tracker fewer to make and drop).
+//! counts; the ratio is beside / native. Two loops: malloc+free pairs (the uprobes), and
+//! a system call (`getppid`), which every process pays for while any tracker exists:
+//! the mmap/munmap/brk counter is a raw tracepoint on every syscall's exit. The
+//! tracker's own latencies are kept for benchmark 4 (one in-process tracker fewer to
+//! make and drop).
 
 use crate::{
     BenchResult,
@@ -28,34 +31,46 @@ pub struct IsolationResult {
     /// Allocations the tracker counted in the benchmark process meanwhile (proof that
     /// it was live).
     pub tracker_counted_allocs: u64,
+    /// The unrelated syscall loop's ns per `getppid`, without any tracker.
+    pub syscall_native: Samples,
+    /// The same beside the counting tracker.
+    pub syscall_beside: Samples,
 }
 
 /// Runs the unrelated loop natively, beside a counting tracker, and natively again.
 pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     let s = session.settings.clone();
     let program = session.programs.alloc_loops.clone();
-    let args = ["malloc_free".to_string(), s.pairs.to_string()];
-    let run_loop = || workload::run_native(&program, &args).map(|o| o.ns_per_op());
-    let mut native = Samples::new();
+    let pairs = ["malloc_free".to_string(), s.pairs.to_string()];
+    let syscalls = ["getppid".to_string(), s.pairs.to_string()];
+    let run_loop = |args: &[String]| workload::run_native(&program, args).map(|o| o.ns_per_op());
+    let (mut native, mut syscall_native) = (Samples::new(), Samples::new());
     let half = s.isolation_runs.div_ceil(2);
     for _ in 0..half {
-        native.push(run_loop()?);
+        native.push(run_loop(&pairs)?);
+        syscall_native.push(run_loop(&syscalls)?);
     }
-    eprintln!("  unrelated loop beside a counting in-process tracker");
-    let ((beside, tracker_counted_allocs), timings) = lifecycle::drive(End::Close, |tracker| {
-        let beside = (0..s.isolation_runs)
-            .map(|_| run_loop())
-            .collect::<BenchResult<Samples>>()?;
-        Ok((beside, tracker.collect()?.alloc_calls))
-    })?;
+    eprintln!("  unrelated loops beside a counting in-process tracker");
+    let ((beside, syscall_beside, tracker_counted_allocs), timings) =
+        lifecycle::drive(End::Close, |tracker| {
+            let (mut beside, mut syscall_beside) = (Samples::new(), Samples::new());
+            for _ in 0..s.isolation_runs {
+                beside.push(run_loop(&pairs)?);
+                syscall_beside.push(run_loop(&syscalls)?);
+            }
+            Ok((beside, syscall_beside, tracker.collect()?.alloc_calls))
+        })?;
     session.tracker_timings.push(timings);
     for _ in half..s.isolation_runs {
-        native.push(run_loop()?);
+        native.push(run_loop(&pairs)?);
+        syscall_native.push(run_loop(&syscalls)?);
     }
     Ok(IsolationResult {
         pairs: s.pairs,
         native,
         beside,
         tracker_counted_allocs,
+        syscall_native,
+        syscall_beside,
     })
 }

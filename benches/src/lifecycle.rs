@@ -2,12 +2,11 @@
 //!
 //! In-process: `Tracker::new` (load the eBPF object, attach to this process), `start`,
 //! `stop`, `collect`, `reset`, then either `close()` (detach and wait until the kernel
-//! has removed every uprobe: dominated by the kernel, which serialises uprobe
-//! unregistration and waits for RCU grace periods; measured, not hidden) or a plain drop
-//! (returns at once; a background thread does the same work). Trackers end with
-//! `close()` so the next `Tracker::new` is not slowed by a predecessor's detaching; a few
-//! dropped ones at the end give the drop latency. For spawned commands, the latencies
-//! every tracked run of the other benchmarks recorded.
+//! has removed every uprobe: dominated by the kernel's RCU grace periods; measured, not
+//! hidden) or a plain drop (returns at once; a background thread does the same work).
+//! Trackers end with `close()` so the next `Tracker::new` is not slowed by a
+//! predecessor's detaching; a few dropped ones at the end give the drop latency. For
+//! spawned commands, the latencies every tracked run of the other benchmarks recorded.
 
 use std::time::{Duration, Instant};
 
@@ -41,8 +40,8 @@ pub struct TrackerTimings {
     end: End,
     /// How long ending it took.
     end_time: Duration,
-    /// uprobe links the tracker had attached (entry and return probes).
-    links: usize,
+    /// Probe sites the tracker had attached (entry and return probes).
+    sites: usize,
 }
 
 /// One operation's latency over several repetitions, in nanoseconds.
@@ -69,7 +68,7 @@ pub fn drive<T>(
 ) -> BenchResult<(T, TrackerTimings)> {
     let (tracker, new) = timed(Tracker::new);
     let mut tracker = tracker?;
-    let links = tracker
+    let sites = tracker
         .probes()
         .iter()
         .map(|p| 1 + usize::from(p.return_probe))
@@ -95,7 +94,7 @@ pub fn drive<T>(
         reset,
         end,
         end_time,
-        links,
+        sites,
     };
     Ok((value, timings))
 }
@@ -134,7 +133,7 @@ pub fn in_process(session: &mut Session) -> BenchResult<Vec<LatencyRow>> {
         .filter(|(i, _)| *i == 0 || timings[i - 1].end == End::Close)
         .map(|(_, t)| t)
         .collect();
-    let links = timings.first().map_or(0, |t| t.links);
+    let sites = timings.first().map_or(0, |t| t.sites);
     let row = |name: String, samples: Vec<Duration>| LatencyRow {
         name,
         samples_ns: samples.iter().map(|d| d.as_nanos() as f64).collect(),
@@ -159,7 +158,7 @@ pub fn in_process(session: &mut Session) -> BenchResult<Vec<LatencyRow>> {
         ),
         row("reset()".into(), timings.iter().map(|t| t.reset).collect()),
         row(
-            format!("close() ({links} uprobe links; waits for the kernel)"),
+            format!("close() ({sites} probe sites; waits for the kernel)"),
             ended(End::Close),
         ),
         row(

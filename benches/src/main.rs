@@ -14,7 +14,6 @@
 //! performance one), nothing here fails on a figure.
 
 mod isolation;
-mod json;
 mod lifecycle;
 mod probe_cost;
 mod programs;

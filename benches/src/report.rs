@@ -7,10 +7,10 @@
 use std::fmt::Write;
 
 use memtrack::{ProbeInfo, ProbePlacement};
+use serde_json::Value as Json;
 
 use crate::{
     isolation::IsolationResult,
-    json::Json,
     lifecycle::LatencyRow,
     probe_cost::{OpRow, PerOp},
     samples::Samples,
@@ -129,16 +129,59 @@ fn placement_name(p: ProbePlacement) -> &'static str {
     }
 }
 
+/// One table of benchmark 5: an unrelated loop natively and beside a tracker.
+fn unrelated_table(
+    out: &mut String,
+    what: &str,
+    unit: &str,
+    native: &Samples,
+    beside: &Samples,
+    beside_label: &str,
+) {
+    let _ = writeln!(
+        out,
+        "| unrelated {what} | ns per {unit}, best (median) | runs |\n|---|--:|--:|"
+    );
+    let _ = writeln!(
+        out,
+        "| no tracker anywhere | {} | {} |",
+        best_and_median(native),
+        native.len()
+    );
+    let _ = writeln!(
+        out,
+        "| {beside_label} | {} | {} |",
+        best_and_median(beside),
+        beside.len()
+    );
+    let _ = writeln!(
+        out,
+        "| ratio beside / native | {} ({}) | |\n",
+        fmt_ratio(beside.min() / native.min()),
+        fmt_ratio(beside.median() / native.median())
+    );
+}
+
+/// A JSON object.
+fn obj<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
+    Json::Object(fields.into_iter().map(|(k, v)| (k.into(), v)).collect())
+}
+
+/// A JSON string.
+fn text(s: impl AsRef<str>) -> Json {
+    Json::from(s.as_ref())
+}
+
 /// Median, min, max, count and every value of `s`.
 fn samples_json(s: &Samples) -> Json {
-    Json::obj([
+    obj([
         ("median", Json::from(s.median())),
         ("min", Json::from(s.min())),
         ("max", Json::from(s.max())),
         ("runs", Json::from(s.len())),
         (
             "values",
-            Json::Arr(s.values().iter().map(|&v| Json::from(v)).collect()),
+            Json::Array(s.values().iter().map(|&v| Json::from(v)).collect()),
         ),
     ])
 }
@@ -427,32 +470,29 @@ impl Report {
         let _ = writeln!(
             out,
             "### An unrelated process beside a counting in-process tracker ({} \
-             malloc+free pairs per run)\n",
+             operations per run)\n",
             thousands(i.pairs)
         );
-        let _ = writeln!(
-            out,
-            "| unrelated loop | ns per pair, best (median) | runs |\n|---|--:|--:|"
+        let counted = format!(
+            "beside a counting tracker (it counted {} allocations of its own process \
+             meanwhile)",
+            thousands(i.tracker_counted_allocs)
         );
-        let _ = writeln!(
+        unrelated_table(
             out,
-            "| no tracker anywhere | {} | {} |",
-            best_and_median(&i.native),
-            i.native.len()
+            "malloc+free loop",
+            "pair",
+            &i.native,
+            &i.beside,
+            &counted,
         );
-        let _ = writeln!(
+        unrelated_table(
             out,
-            "| beside a counting tracker (it counted {} allocations of its own process \
-             meanwhile) | {} | {} |",
-            thousands(i.tracker_counted_allocs),
-            best_and_median(&i.beside),
-            i.beside.len()
-        );
-        let _ = writeln!(
-            out,
-            "| ratio beside / native | {} ({}) | |\n",
-            fmt_ratio(i.beside.min() / i.native.min()),
-            fmt_ratio(i.beside.median() / i.native.median())
+            "`syscall(SYS_getppid)` loop",
+            "call",
+            &i.syscall_native,
+            &i.syscall_beside,
+            "beside a counting tracker",
         );
     }
 
@@ -460,18 +500,18 @@ impl Report {
     pub fn json(&self) -> Json {
         let m = &self.machine;
         let s = &self.settings;
-        let machine = Json::obj([
-            ("date", Json::str(&m.date)),
+        let machine = obj([
+            ("date", text(&m.date)),
             ("cpus", Json::from(m.cpus)),
-            ("cpu_model", Json::str(&m.cpu_model)),
-            ("arch", Json::str(m.arch)),
-            ("kernel", Json::str(&m.kernel)),
-            ("libc", Json::str(&m.libc)),
-            ("memtrack_revision", Json::str(&m.revision)),
+            ("cpu_model", text(&m.cpu_model)),
+            ("arch", text(m.arch)),
+            ("kernel", text(&m.kernel)),
+            ("libc", text(&m.libc)),
+            ("memtrack_revision", text(&m.revision)),
             ("load_average_start", Json::from(m.load.0)),
             ("load_average_end", Json::from(m.load.1)),
         ]);
-        let settings = Json::obj([
+        let settings = obj([
             ("quick", Json::from(s.quick)),
             ("pairs", Json::from(s.pairs)),
             ("split_ops", Json::from(s.split_ops)),
@@ -486,7 +526,7 @@ impl Report {
             ("close_spawned", Json::from(s.close_spawned)),
         ]);
         let per_op = |p: &PerOp| {
-            Json::obj([
+            obj([
                 ("wall", samples_json(&p.wall)),
                 ("cpu", samples_json(&p.cpu)),
             ])
@@ -498,7 +538,7 @@ impl Report {
                 let ratios = |pick: Clock| {
                     let (u, c) = (pick(&row.untracked).min(), pick(&row.cheapest).min());
                     let fe = row.function_entry.as_ref().map(|p| pick(p).min());
-                    Json::obj([
+                    obj([
                         ("cheapest_over_untracked", Json::from(c / u)),
                         (
                             "function_entry_over_untracked",
@@ -510,8 +550,8 @@ impl Report {
                         ),
                     ])
                 };
-                Json::obj([
-                    ("name", Json::str(&row.name)),
+                obj([
+                    ("name", text(&row.name)),
                     ("ops_per_run", Json::from(row.ops)),
                     ("untracked_ns", per_op(&row.untracked)),
                     ("cheapest_ns", per_op(&row.cheapest)),
@@ -525,7 +565,7 @@ impl Report {
             })
             .collect();
         let threads = self.threads.as_ref().map_or(Json::Null, |t| {
-            Json::obj([
+            obj([
                 ("threads", Json::from(t.threads)),
                 ("ops_per_thread", Json::from(t.ops_per_thread)),
                 ("untracked_wall_ns", samples_json(&t.untracked_wall_ns)),
@@ -539,11 +579,11 @@ impl Report {
             ])
         });
         let latency = |rows: &[LatencyRow]| {
-            Json::Arr(
+            Json::Array(
                 rows.iter()
                     .map(|r| {
-                        Json::obj([
-                            ("operation", Json::str(&r.name)),
+                        obj([
+                            ("operation", text(&r.name)),
                             ("ns", samples_json(&r.samples_ns)),
                         ])
                     })
@@ -551,7 +591,7 @@ impl Report {
             )
         };
         let isolation = self.isolation.as_ref().map_or(Json::Null, |i| {
-            Json::obj([
+            obj([
                 ("pairs", Json::from(i.pairs)),
                 ("native_ns_per_pair", samples_json(&i.native)),
                 ("beside_ns_per_pair", samples_json(&i.beside)),
@@ -563,10 +603,12 @@ impl Report {
                     "tracker_counted_allocs",
                     Json::from(i.tracker_counted_allocs),
                 ),
+                ("native_ns_per_getppid", samples_json(&i.syscall_native)),
+                ("beside_ns_per_getppid", samples_json(&i.syscall_beside)),
             ])
         });
         let counts = |c: &crate::workload::Counts| {
-            Json::obj([
+            obj([
                 ("alloc_calls", Json::from(c.alloc_calls)),
                 ("free_calls", Json::from(c.free_calls)),
                 ("bytes_allocated", Json::from(c.bytes_allocated)),
@@ -576,9 +618,9 @@ impl Report {
             .checks
             .iter()
             .map(|c| {
-                Json::obj([
-                    ("workload", Json::str(&c.workload)),
-                    ("placement", Json::str(placement_name(c.placement))),
+                obj([
+                    ("workload", text(&c.workload)),
+                    ("placement", text(placement_name(c.placement))),
                     ("expected_above_baseline", counts(&c.expected)),
                     ("counted_above_baseline", counts(&c.measured)),
                     ("lost_events", Json::from(c.lost_events)),
@@ -591,28 +633,28 @@ impl Report {
                 ])
             })
             .collect();
-        Json::obj([
-            ("command", Json::str(&self.command)),
+        obj([
+            ("command", text(&self.command)),
             ("machine", machine),
             ("settings", settings),
-            ("operations", Json::Arr(operations)),
+            ("operations", Json::Array(operations)),
             ("threads", threads),
             ("lifecycle", latency(&self.lifecycle)),
             ("spawn_latency", latency(&self.spawn_latency)),
             ("isolation", isolation),
-            ("count_checks", Json::Arr(checks)),
+            ("count_checks", Json::Array(checks)),
             (
                 "probe_sites",
-                Json::Arr(
+                Json::Array(
                     self.probe_sites
                         .iter()
                         .map(|(placement, p)| {
-                            Json::obj([
-                                ("function", Json::str(&p.function)),
-                                ("object", Json::str(p.object.display().to_string())),
-                                ("placement", Json::str(placement_name(*placement))),
+                            obj([
+                                ("function", text(&p.function)),
+                                ("object", text(p.object.display().to_string())),
+                                ("placement", text(placement_name(*placement))),
                                 ("entry_offset", Json::from(p.entry_offset)),
-                                ("entry_instruction", Json::str(&p.entry_instruction)),
+                                ("entry_instruction", text(&p.entry_instruction)),
                                 ("entry_emulated", Json::from(p.entry_emulated)),
                                 ("return_probe", Json::from(p.return_probe)),
                                 ("return_offset", Json::from(p.return_offset)),

@@ -30,7 +30,7 @@ pub struct Settings {
     pub lifecycle_iterations: usize,
     /// Runs of the unrelated loop, natively and beside a counting tracker.
     pub isolation_runs: usize,
-    /// End spawned trackers with `Tracker::close()` (waits ~2 s for the kernel to
+    /// End spawned trackers with `Tracker::close()` (waits ~70 ms for the kernel to
     /// remove the probes, so no detaching overlaps the next run) rather than a drop.
     pub close_spawned: bool,
 }
@@ -70,8 +70,7 @@ impl Settings {
             function_entry_runs: 1,
             lifecycle_iterations: 1,
             isolation_runs: 3,
-            // Waiting for the kernel would double the run time.
-            close_spawned: false,
+            close_spawned: true,
         }
     }
 }

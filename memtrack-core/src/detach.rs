@@ -18,12 +18,17 @@
 //! dropped its tracker just before the test binary exited). An `atexit` handler
 //! therefore waits for the batches still in flight (at most [`EXIT_WAIT`]).
 
-use std::{sync::LazyLock, time::Duration};
+use std::{
+    sync::{
+        LazyLock,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Duration,
+};
 
 use crossbeam_channel::{Sender, unbounded};
 
-/// Anything whose drop detaches something from the kernel (links, and the loaded
-/// object that owns the tracepoint links).
+/// Anything whose drop detaches something from the kernel (a link).
 pub(crate) type Detachable = Box<dyn Send>;
 
 /// A batch of links to close, and who to tell when they are.
@@ -35,8 +40,12 @@ struct Batch {
 /// How long the exit handler waits for links still being closed.
 const EXIT_WAIT: Duration = Duration::from_secs(10);
 
+/// The process that started the closing thread (a forked child has no such thread).
+static CLOSER_PID: AtomicU32 = AtomicU32::new(0);
+
 static CLOSER: LazyLock<Option<Sender<Batch>>> = LazyLock::new(|| {
     let (tx, rx) = unbounded::<Batch>();
+    CLOSER_PID.store(std::process::id(), Ordering::SeqCst);
     // SAFETY: registering a plain `extern "C" fn()` with the C library.
     unsafe { libc::atexit(wait_at_exit) };
     std::thread::Builder::new()
@@ -56,6 +65,11 @@ static CLOSER: LazyLock<Option<Sender<Batch>>> = LazyLock::new(|| {
 /// Runs when the process exits normally (return from `main`, `std::process::exit`):
 /// waits until every batch handed over so far is closed.
 extern "C" fn wait_at_exit() {
+    // A child forked after the thread started inherits this handler but not the
+    // thread: nothing to wait for there.
+    if CLOSER_PID.load(Ordering::SeqCst) != std::process::id() {
+        return;
+    }
     // CLOSER is initialised: this handler is registered from its initialiser.
     if let Some(tx) = CLOSER.as_ref() {
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);

@@ -18,7 +18,7 @@
 //! tracked process traps into an eBPF uprobe, which updates per-process counters in kernel
 //! maps: blocks, bytes, live and peak bytes, failures, frees of unknown pointers, a
 //! per-function breakdown and a size histogram (see [`Stats`] for exactly what each number
-//! counts). `mmap`/`munmap`/`brk` are counted apart through syscall tracepoints.
+//! counts). `mmap`/`munmap`/`brk` are counted apart through a raw syscall tracepoint.
 //!
 //! Probes are scoped to the tracked processes: other programs on the machine run at
 //! native speed. To track a command and all its children, use

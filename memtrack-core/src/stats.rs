@@ -60,7 +60,8 @@ pub struct Stats {
     pub size_histogram: Vec<SizeBucket>,
 }
 
-/// `mmap`, `munmap` and `brk`, as seen by the syscall tracepoints.
+/// The `mmap`, `munmap` (successful calls) and `brk` system calls of the process, as
+/// seen at syscall exit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyscallStats {
     /// Successful `mmap` calls.

@@ -72,3 +72,36 @@ fn exiting_right_after_drop_leaks_no_uprobe() {
         after - before
     );
 }
+
+/// A child forked after a tracker was dropped inherits the exit handler that waits for
+/// the closing thread, but not the thread: its `exit` must not wait (the handler would
+/// otherwise give up only after 10 s).
+#[test]
+fn a_forked_child_exits_without_waiting() {
+    if !require_privileges("a_forked_child_exits_without_waiting") {
+        return;
+    }
+    drop(memtrack::Tracker::new().expect("tracker"));
+    let started = std::time::Instant::now();
+    // SAFETY: the child only calls exit(3), which runs the atexit handlers under test.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // SAFETY: ends the child process.
+        unsafe { libc::exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    let waited = started.elapsed();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
+    // Not a speed limit: 5 s separates "did not wait" (microseconds) from "waited for a
+    // thread that does not exist" (the handler's 10 s), whatever the machine's load.
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the forked child's exit waited {waited:?}"
+    );
+}
