@@ -5,10 +5,19 @@
 use serde::Serialize;
 
 use crate::{
+    loader::ProbeInfo,
     process::AllocatorStatus,
     results::MemtrackResult,
     stats::{Stats, format_bytes},
 };
+
+/// What the human report shows besides the numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    /// List where each process's probes sit (`memtrack run --probes`): function,
+    /// object, file offset, the entry probe's offset and instruction, the return probe.
+    pub probe_sites: bool,
+}
 
 /// One benchmark region's counters, for reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -24,6 +33,51 @@ pub struct BenchmarkReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_sites_say_where_and_how() {
+        let probe = ProbeInfo {
+            function: "malloc".into(),
+            aliases: vec![],
+            object: "/lib/libc.so.6".into(),
+            symbol: "malloc".into(),
+            file_offset: 0x98930,
+            entry_offset: 0,
+            entry_instruction: "push %r12".into(),
+            entry_emulated: true,
+            return_probe: true,
+            return_offset: 0,
+        };
+        assert_eq!(
+            probe_line(&probe),
+            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 `push %r12` (emulated), \
+             return +0"
+        );
+        let free = ProbeInfo {
+            function: "free".into(),
+            aliases: vec!["cfree".into()],
+            symbol: "free".into(),
+            file_offset: 0x98ef0,
+            entry_offset: 3,
+            entry_instruction: "je 0x98fb8".into(),
+            return_probe: false,
+            ..probe.clone()
+        };
+        assert_eq!(
+            probe_line(&free),
+            "probe free (also cfree): /lib/libc.so.6 at 0x98ef0, entry +3 `je 0x98fb8` \
+             (emulated), no return probe"
+        );
+        let entry = ProbeInfo {
+            entry_instruction: String::new(),
+            entry_emulated: false,
+            ..probe
+        };
+        assert_eq!(
+            probe_line(&entry),
+            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 (single-stepped), return +0"
+        );
+    }
 
     #[test]
     fn bytes_are_rounded_and_exact() {
@@ -42,6 +96,7 @@ struct JsonProcess<'a> {
     exit_signal: Option<i32>,
     allocator_recognised: bool,
     stats: &'a Stats,
+    probes: &'a [ProbeInfo],
 }
 
 #[derive(Serialize)]
@@ -79,6 +134,7 @@ pub fn render_json(results: &[MemtrackResult]) -> String {
                 exit_signal: r.exit_signal,
                 allocator_recognised: r.allocator == AllocatorStatus::Probed,
                 stats: &r.stats,
+                probes: &r.probes,
             })
             .collect(),
         benchmarks: &benchmarks,
@@ -169,8 +225,44 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
     out
 }
 
+/// One probe site, for people.
+fn probe_line(p: &ProbeInfo) -> String {
+    let aliases = if p.aliases.is_empty() {
+        String::new()
+    } else {
+        format!(" (also {})", p.aliases.join(", "))
+    };
+    let instruction = if p.entry_instruction.is_empty() {
+        String::new()
+    } else {
+        format!(" `{}`", p.entry_instruction)
+    };
+    let how = if p.entry_emulated {
+        "emulated"
+    } else {
+        "single-stepped"
+    };
+    let ret = if p.return_probe {
+        format!("return +{}", p.return_offset)
+    } else {
+        "no return probe".to_string()
+    };
+    format!(
+        "probe {}{aliases}: {} at {:#x}, entry +{}{instruction} ({how}), {ret}",
+        p.function,
+        p.object.display(),
+        p.file_offset,
+        p.entry_offset
+    )
+}
+
 /// The human report: one block per process, then one per benchmark.
 pub fn render_text(results: &[MemtrackResult]) -> String {
+    render_text_with(results, TextOptions::default())
+}
+
+/// The human report, with what `options` adds.
+pub fn render_text_with(results: &[MemtrackResult], options: TextOptions) -> String {
     let benchmarks = benchmarks_of(results);
     let mut out = String::new();
     for r in results {
@@ -200,6 +292,11 @@ pub fn render_text(results: &[MemtrackResult]) -> String {
                 out.push_str(&format!(
                     "  allocator not recognised: heap not measured ({reason})\n"
                 ));
+            }
+        }
+        if options.probe_sites {
+            for probe in &r.probes {
+                out.push_str(&format!("  {}\n", probe_line(probe)));
             }
         }
     }

@@ -1,8 +1,8 @@
 //! `memtrack`: track a command's heap exactly, or print saved results.
 //!
 //! ```text
-//! memtrack run [-o DIR] [--json] -- CMD [ARGS...]
-//! memtrack report DIR [--json]
+//! memtrack run [-o DIR] [--json] [--probes] [--max-live-blocks N] -- CMD [ARGS...]
+//! memtrack report DIR [--json] [--probes]
 //! ```
 //! Progress and errors go to stderr; the report (text or JSON) to stdout. `run` exits
 //! with the command's own exit code (128 + signal if a signal killed it), 127 if the
@@ -11,7 +11,11 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use memtrack::{CommandSpec, Error, MemtrackResult, report, runner::RunOptions};
+use memtrack::{
+    CommandSpec, Error, MemtrackResult,
+    report::{self, TextOptions},
+    runner::RunOptions,
+};
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +38,9 @@ enum Command {
         /// Print one JSON object on stdout instead of the human report.
         #[arg(long)]
         json: bool,
+        /// List where each process's probes sit (the JSON report always has them).
+        #[arg(long)]
+        probes: bool,
         /// Live blocks the kernel map holds across all tracked processes (default
         /// 1048576); beyond it, blocks are counted as lost events.
         #[arg(long, value_name = "BLOCKS")]
@@ -49,6 +56,9 @@ enum Command {
         /// Print one JSON object instead of the human report.
         #[arg(long)]
         json: bool,
+        /// List where each process's probes sit (the JSON report always has them).
+        #[arg(long)]
+        probes: bool,
     },
 }
 
@@ -61,12 +71,13 @@ fn main() -> ExitCode {
         Command::Run {
             output,
             json,
+            probes,
             max_live_blocks,
             cmd,
-        } => run(output, json, max_live_blocks, cmd),
-        Command::Report { dir, json } => match MemtrackResult::read_dir(&dir) {
+        } => run(output, json, probes, max_live_blocks, cmd),
+        Command::Report { dir, json, probes } => match MemtrackResult::read_dir(&dir) {
             Ok(results) => {
-                print_report(&results, json);
+                print_report(&results, json, probes);
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -77,11 +88,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_report(results: &[MemtrackResult], json: bool) {
+fn print_report(results: &[MemtrackResult], json: bool, probe_sites: bool) {
     if json {
         println!("{}", report::render_json(results));
     } else {
-        print!("{}", report::render_text(results));
+        let options = TextOptions { probe_sites };
+        print!("{}", report::render_text_with(results, options));
     }
 }
 
@@ -98,6 +110,7 @@ fn sudo_identity() -> Option<(u32, u32)> {
 fn run(
     output: Option<PathBuf>,
     json: bool,
+    probes: bool,
     max_live_blocks: Option<u32>,
     cmd: Vec<std::ffi::OsString>,
 ) -> ExitCode {
@@ -132,6 +145,6 @@ fn run(
             outcome.unattributed_lost_events
         );
     }
-    print_report(&outcome.results, json);
+    print_report(&outcome.results, json, probes);
     ExitCode::from(outcome.exit.shell_code().clamp(0, 255) as u8)
 }
