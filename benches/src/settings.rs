@@ -1,9 +1,9 @@
 //! How big and how repeated each benchmark is: the full run (figures for BENCHMARKS.md,
-//! a few minutes) and `--quick` (a smoke run for CI, well under a minute).
+//! about 5 minutes) and `--quick` (a smoke run for CI, seconds).
 //!
-//! Tracked runs cost seconds each regardless of the loop (the kernel takes ~140 ms per
-//! uprobe link to detach, ~2.5 s per tracker on the reference VM), so `--quick` cuts the
-//! number of trackers as well as iterations.
+//! A tracked run costs about 0.15 s besides its loop (making and closing the tracker on
+//! the reference VM), and single-stepped FunctionEntry loops are slow, so `--quick` cuts
+//! the number of runs as well as iterations.
 
 /// Sizes and repetition counts.
 #[derive(Clone, Debug)]
