@@ -4,6 +4,7 @@
 mod support;
 
 use std::{
+    ffi::OsStr,
     os::unix::fs::PermissionsExt,
     process::{Command, Stdio},
     time::Duration,
@@ -15,26 +16,54 @@ fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))
 }
 
+/// `memtrack run OPTIONS -o DIR -- COMMAND`, DIR a fresh temporary directory that lives
+/// as long as this value, so the results can be read back.
+struct Run {
+    dir: tempfile::TempDir,
+    /// Not started yet: `succeed` runs it, or the test starts it its own way.
+    memtrack: Command,
+}
+
+impl Run {
+    fn new(options: &[&str], command: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut memtrack = memtrack();
+        memtrack
+            .arg("run")
+            .args(options)
+            .arg("-o")
+            .arg(dir.path())
+            .arg("--")
+            .args(command);
+        Run { dir, memtrack }
+    }
+
+    /// Runs it to the end, asserts that it exited 0 (showing its stderr otherwise) and
+    /// returns its stdout.
+    fn succeed(&mut self) -> Vec<u8> {
+        let out = self.memtrack.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// The result files written to DIR.
+    fn results(&self) -> Vec<memtrack::MemtrackResult> {
+        memtrack::MemtrackResult::read_dir(self.dir.path()).unwrap()
+    }
+}
+
 #[test]
 fn json_report_has_processes_with_exact_stats() {
     if !require_privileges("json_report") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = memtrack()
-        .args(["run", "--json", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(fixture("leak"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut run = Run::new(&["--json"], [fixture("leak")]);
+    let json: serde_json::Value = serde_json::from_slice(&run.succeed()).unwrap();
     let processes = json["processes"].as_array().unwrap();
     assert_eq!(processes.len(), 1);
     let stats = &processes[0]["stats"];
@@ -52,14 +81,14 @@ fn json_report_has_processes_with_exact_stats() {
     // `memtrack report` prints the same from the files.
     let report = memtrack()
         .arg("report")
-        .arg(dir.path())
+        .arg(run.dir.path())
         .arg("--json")
         .output()
         .unwrap();
     assert_eq!(report.status.code(), Some(0));
     let again: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
     assert_eq!(again, json);
-    assert!(dir.path().join("MarkerResult.msgpack").exists());
+    assert!(run.dir.path().join("MarkerResult.msgpack").exists());
 }
 
 #[test]
@@ -107,11 +136,9 @@ fn sigint_is_forwarded_and_results_are_kept() {
     if !require_privileges("sigint") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = memtrack()
-        .args(["run", "-o"])
-        .arg(dir.path())
-        .args(["--", "sleep", "30"])
+    let mut run = Run::new(&[], ["sleep", "30"]);
+    let mut child = run
+        .memtrack
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -149,7 +176,7 @@ fn sigint_is_forwarded_and_results_are_kept() {
     .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    let results = memtrack::MemtrackResult::read_dir(dir.path()).unwrap();
+    let results = run.results();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].exit_signal, Some(2));
 }
@@ -161,24 +188,16 @@ fn sudo_user_runs_the_command() {
     if !require_privileges("sudo_user") || !nix::unistd::Uid::effective().is_root() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let id_file = dir.path().join("id");
-    let out = memtrack()
+    // The command, run as nobody, writes its ids where anyone may.
+    let ids = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(ids.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let id_file = ids.path().join("id");
+    let script = format!("id -u > {0}; id -g >> {0}", id_file.display());
+    let mut run = Run::new(&[], ["sh", "-c", &script]);
+    run.memtrack
         .env("SUDO_UID", "65534")
-        .env("SUDO_GID", "65534")
-        .args(["run", "-o"])
-        .arg(dir.path().join("results"))
-        .args(["--", "sh", "-c"])
-        .arg(format!("id -u > {0}; id -g >> {0}", id_file.display()))
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .env("SUDO_GID", "65534");
+    run.succeed();
     assert_eq!(std::fs::read_to_string(&id_file).unwrap(), "65534\n65534\n");
 }
 
@@ -189,17 +208,61 @@ fn a_full_live_map_is_reported_as_lost_events() {
     if !require_privileges("full_live_map") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = memtrack()
-        .args(["run", "--max-live-blocks", "2", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(fixture("leak"))
+    let mut run = Run::new(&["--max-live-blocks", "2"], [fixture("leak")]);
+    let text = String::from_utf8(run.succeed()).unwrap();
+    assert!(text.contains("LOST EVENTS"), "{text}");
+    let results = run.results();
+    assert!(results[0].stats.lost_events > 0, "{:#?}", results[0].stats);
+}
+
+/// `--probes` lists every probe site of the run, in the text report and in `memtrack
+/// report`; the JSON report always carries them.
+#[test]
+fn probes_are_listed_on_request() {
+    if !require_privileges("probes_are_listed_on_request") {
+        return;
+    }
+    let mut run = Run::new(&["--probes"], [fixture("malloc_free")]);
+    let text = String::from_utf8(run.succeed()).unwrap();
+    let probes: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("probe "))
+        .collect();
+    let recorded = &run.results()[0].probes;
+    assert_eq!(probes.len(), recorded.len(), "{text}");
+    for name in ["malloc", "free", "calloc", "realloc"] {
+        let line = probes
+            .iter()
+            .find(|l| l.starts_with(&format!("probe {name}:")))
+            .unwrap_or_else(|| panic!("no probe line for {name}:\n{text}"));
+        let info = recorded.iter().find(|p| p.function == name).unwrap();
+        assert!(
+            line.contains(&format!(
+                "at {:#x}, entry +{}",
+                info.file_offset, info.entry_offset
+            )),
+            "{line}"
+        );
+    }
+    let again = memtrack()
+        .args(["report", "--probes"])
+        .arg(run.dir.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("LOST EVENTS"), "{text}");
-    let results = memtrack::MemtrackResult::read_dir(dir.path()).unwrap();
-    assert!(results[0].stats.lost_events > 0, "{:#?}", results[0].stats);
+    assert!(again.status.success());
+    let again = String::from_utf8(again.stdout).unwrap();
+    for line in &probes {
+        assert!(again.contains(line), "{line} missing from memtrack report");
+    }
+    let json = memtrack()
+        .args(["report", "--json"])
+        .arg(run.dir.path())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        json["processes"][0]["probes"].as_array().map(Vec::len),
+        Some(recorded.len())
+    );
 }
