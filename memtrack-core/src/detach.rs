@@ -38,7 +38,7 @@ struct Batch {
 }
 
 /// How long the exit handler waits for links still being closed.
-const EXIT_WAIT: Duration = Duration::from_secs(10);
+const EXIT_WAIT: Duration = Duration::from_secs(60);
 
 /// The process that started the closing thread (a forked child has no such thread).
 static CLOSER_PID: AtomicU32 = AtomicU32::new(0);
@@ -51,9 +51,18 @@ static CLOSER: LazyLock<Option<Sender<Batch>>> = LazyLock::new(|| {
     std::thread::Builder::new()
         .name("memtrack-detach".into())
         .spawn(move || {
-            for batch in rx {
-                close_all(batch.links);
-                if let Some(done) = batch.done {
+            for first in rx.iter() {
+                // Everything handed over meanwhile (other processes' exits, say) is
+                // closed together, so the kernel's waits overlap.
+                let batches: Vec<Batch> = std::iter::once(first).chain(rx.try_iter()).collect();
+                let mut links = Vec::new();
+                let mut waiting = Vec::new();
+                for batch in batches {
+                    links.extend(batch.links);
+                    waiting.extend(batch.done);
+                }
+                close_all(links);
+                for done in waiting {
                     let _ = done.send(());
                 }
             }
@@ -83,8 +92,8 @@ extern "C" fn wait_at_exit() {
     }
 }
 
-/// At most this many threads close one batch.
-const MAX_CLOSERS: usize = 16;
+/// At most this many threads close links at once.
+const MAX_CLOSERS: usize = 32;
 
 /// Drops every link, spread over up to [`MAX_CLOSERS`] threads, and returns when all
 /// are closed.
