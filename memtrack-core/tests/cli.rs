@@ -266,3 +266,26 @@ fn probes_are_listed_on_request() {
         Some(recorded.len())
     );
 }
+
+/// A command that starts many short processes: each is followed and gets its own
+/// result, and every probe is detached again (in batches, in the background).
+#[test]
+fn many_short_processes_are_each_tracked() {
+    if !require_privileges("many_short_processes_are_each_tracked") {
+        return;
+    }
+    let mut run = Run::new(&[], ["sh", "-c", "for i in $(seq 100); do /bin/true; done"]);
+    run.succeed();
+    let results = run.results();
+    // sh, seq, and the 100 /bin/true.
+    assert_eq!(results.len(), 102);
+    let trues = results
+        .iter()
+        .filter(|r| r.command.first().is_some_and(|c| c == "/bin/true"))
+        .count();
+    assert_eq!(trues, 100);
+    for r in &results {
+        assert!(r.exit_code == Some(0), "{:?} {:?}", r.command, r.exit_code);
+        assert_eq!(r.stats.lost_events, 0, "{:?}", r.command);
+    }
+}
