@@ -1,5 +1,5 @@
 # alloc_trace.py - reference trace of EVERY allocator entry point memtrack
-# must probe (tools/symbols.py: glibc malloc family, the 20 C++ operator
+# must probe (tests/tools/memtrack_model/symbols.py: glibc malloc family, the 20 C++ operator
 # new/delete symbols, jemalloc *allocx (also "_rjem_"-prefixed, statically
 # linked), mimalloc mi_*, tcmalloc tc_*), in the executable itself and in every
 # shared object it maps, including ones dlopen()ed later and after execve().
@@ -12,6 +12,8 @@
 # uretprobe). This is exactly what uprobes see, so it includes calls made by
 # libraries (libstdc++'s startup pool, tcmalloc's own init...) and nested calls
 # (operator new -> malloc), which the accounting then drops (depth > 0).
+# The breakpoint/stack bookkeeping is tests/tools/memtrack_model/gdbtrace.py,
+# shared with gdb_trace.py.
 #
 # Environment:
 #   AT_OUT      output file (JSON lines), required
@@ -32,79 +34,26 @@ import sys
 import gdb
 
 sys.dont_write_bytecode = True  # keep the source tree clean
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
-    import symbols
-except ImportError:  # gdb may not set __file__ usefully
-    sys.path.insert(0, os.environ.get("AT_TOOLS", "."))
-    import symbols
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "tools"))
+    from memtrack_model import elf
+except (NameError, ImportError):  # gdb may not set __file__ usefully:
+    sys.path.insert(0, os.environ.get("AT_TOOLS", "."))  # the dir holding memtrack_model
+    from memtrack_model import elf
+from memtrack_model.accounting import MASK  # noqa: E402
+from memtrack_model.gdbtrace import (EntryBreakpoint, ReturnBreakpoint, Tracer,  # noqa: E402
+                                     configure, read, read_u64, reg)
 
-MASK = (1 << 64) - 1
 out_path = os.environ["AT_OUT"]
 bt_depth = int(os.environ.get("AT_BT", "0"))
 
-events = []
-clock = [0]
-stacks = {}
-last_stop = [None]
+tracer = Tracer()
 img = [0]
 armed = {}          # path -> base
 entry_bps = []
-ret_bps = {}
 plt_cache = {}
 exe_path = [None]
-
-
-def tick():
-    clock[0] += 1
-    return clock[0]
-
-
-def reg(name):
-    return int(gdb.parse_and_eval("$" + name)) & MASK
-
-
-def read(addr, n):
-    return gdb.selected_inferior().read_memory(addr, n).tobytes()
-
-
-def elf_type(path):
-    with open(path, "rb") as f:
-        h = f.read(18)
-    return int.from_bytes(h[16:18], "little")  # 2 = ET_EXEC, 3 = ET_DYN
-
-
-def elf_symbols(path):
-    """{addr: [names]} of global function symbols (symtab and dynsym)."""
-    res = {}
-    for extra in ([], ["-D"]):
-        p = subprocess.run(["nm", "--defined-only"] + extra + [path],
-                           capture_output=True, text=True)
-        for line in p.stdout.splitlines():
-            m = re.match(r"([0-9a-f]+) ([TWi]) ([^@\s]+)", line)
-            if not m:
-                continue
-            name = m.group(3)
-            if symbols.lookup(name) is None:
-                continue
-            names = res.setdefault(int(m.group(1), 16), [])
-            if name not in names:
-                names.append(name)
-    for names in res.values():
-        names.sort(key=name_rank)
-    return res
-
-
-def name_rank(name):
-    """Order of aliases at one address: public C names, then C++ operators,
-    then allocator-specific names, then glibc-private __libc_* aliases."""
-    if name in symbols.GLIBC and not name.startswith("__"):
-        return (0, list(symbols.GLIBC).index(name), name)
-    if name in symbols.CXX:
-        return (1, list(symbols.CXX).index(name), name)
-    if name.startswith("__"):
-        return (3, 0, name)
-    return (2, 0, name)
 
 
 def plt_map(path):
@@ -121,39 +70,11 @@ def plt_map(path):
     return plt_cache[path]
 
 
-def mappings(pid):
-    objs = {}
-    with open("/proc/%d/maps" % pid) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) < 6 or not parts[5].startswith("/"):
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            path = parts[5]
-            o = objs.setdefault(path, {"lo": lo, "hi": hi, "off0": None})
-            o["lo"] = min(o["lo"], lo)
-            o["hi"] = max(o["hi"], hi)
-            if int(parts[2], 16) == 0 and o["off0"] is None:
-                o["off0"] = lo
-    return objs
-
-
 def obj_of(pid, addr):
-    for path, o in mappings(pid).items():
+    for path, o in elf.mappings(pid).items():
         if o["lo"] <= addr < o["hi"]:
             return path, o
     return None, None
-
-
-class EntryBreakpoint(gdb.Breakpoint):
-    def __init__(self, spec, names, obj):
-        super().__init__(spec, internal=True)
-        self.at_names = names
-        self.at_obj = obj
-
-
-class ReturnBreakpoint(gdb.Breakpoint):
-    pass
 
 
 class CatchBreakpoint(gdb.Breakpoint):
@@ -165,29 +86,23 @@ class CatchBreakpoint(gdb.Breakpoint):
 
 
 def arm(pid):
-    for path, o in mappings(pid).items():
+    for path, o in elf.mappings(pid).items():
         if path in armed or o["off0"] is None:
             continue
         try:
-            et = elf_type(path)
+            et = elf.elf_type(path)
         except OSError:
             continue
         if et not in (2, 3):
             continue
         base = 0 if et == 2 else o["off0"]
         armed[path] = base
-        for addr, names in sorted(elf_symbols(path).items()):
+        for addr, names in sorted(elf.probed_by_address(path).items()):
             entry_bps.append(EntryBreakpoint("*0x%x" % (base + addr), names, path))
-        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
-                             text=True).stdout
-        m = re.search(r"^([0-9a-f]+) T __cxa_begin_catch", out, re.M)
-        if m:
-            entry_bps.append(CatchBreakpoint("*0x%x" % (base + int(m.group(1), 16)),
-                                             internal=True))
-
-
-def base_of(path):
-    return armed.get(path)
+        catch = [addr for addr, t, name in elf.nm_functions(path, dynamic=True)
+                 if t == "T" and name == "__cxa_begin_catch"]
+        if catch:
+            entry_bps.append(CatchBreakpoint("*0x%x" % (base + catch[0]), internal=True))
 
 
 def called_name(pid, retaddr, entry):
@@ -204,7 +119,7 @@ def called_name(pid, retaddr, entry):
     path, o = obj_of(pid, target)
     if path is None:
         return None
-    base = 0 if elf_type(path) == 2 else o["off0"]
+    base = 0 if elf.elf_type(path) == 2 else o["off0"]
     return plt_map(path).get(target - base)
 
 
@@ -226,16 +141,8 @@ def backtrace(n):
     return frames
 
 
-def on_stop(ev):
-    last_stop[0] = ev
-
-
-gdb.events.stop.connect(on_stop)
-for cmd in ("set pagination off", "set confirm off", "set startup-with-shell off",
-            "set follow-fork-mode parent", "set detach-on-fork on",
-            "set follow-exec-mode same", "set print thread-events off",
-            "set print inferior-events off", "set print asm-demangle off"):
-    gdb.execute(cmd)
+configure("set follow-fork-mode parent", "set follow-exec-mode same",
+          "set print asm-demangle off")
 
 gdb.execute("file " + os.environ["AT_BIN"])
 args = json.loads(os.environ.get("AT_ARGS", "[]"))
@@ -264,12 +171,11 @@ arm(pid)
 
 
 def disarm():
-    for bp in entry_bps + list(ret_bps.values()):
+    for bp in entry_bps:
         bp.delete()
     entry_bps.clear()
-    ret_bps.clear()
     armed.clear()
-    stacks.clear()
+    tracer.forget()
 
 
 def on_exec(pid):
@@ -280,22 +186,17 @@ def on_exec(pid):
     arm(pid)
 
 
-def reg_ret_bp(addr):
-    if addr not in ret_bps:
-        ret_bps[addr] = ReturnBreakpoint("*0x%x" % addr, internal=True)
-
-
 while True:
     if not any(i.pid for i in gdb.inferiors()):
         break
-    last_stop[0] = None
+    tracer.last_stop = None
     try:
         gdb.execute("continue", to_string=True)
     except gdb.error as exc:
         if os.environ.get("AT_DEBUG"):
             sys.stderr.write("continue: %s\n" % exc)
         continue
-    ev = last_stop[0]
+    ev = tracer.last_stop
     if os.environ.get("AT_DEBUG"):
         sys.stderr.write("stop: %r %r\n" % (type(ev), [b.number for b in getattr(ev, "breakpoints", [])]))
     if ev is None:
@@ -317,42 +218,26 @@ while True:
     if not isinstance(ev, gdb.BreakpointEvent):
         arm(pid)            # solib event: map new objects (dlopen included)
         continue
-    th = gdb.selected_thread()
-    key = (th.ptid[0], th.ptid[1])
-    st = stacks.setdefault(key, [])
+    key, st = tracer.thread()
     rsp = reg("rsp")
     for bp in ev.breakpoints:
         if isinstance(bp, CatchBreakpoint):
             for e in [e for e in st if e["_rsp"] <= rsp]:
                 e["ret"] = 0
                 e["unwound"] = True
-                e["t_ret"] = tick()
+                e["t_ret"] = tracer.tick()
                 st.remove(e)
             continue
         if isinstance(bp, ReturnBreakpoint):
-            done = [e for e in st if e["_rsp"] + 8 == rsp]
-            for e in done:
-                e["ret"] = reg("rax")
-                e["t_ret"] = tick()
-                kind = symbols.lookup(e["fn"])[1]
-                if kind[0] == "pm" and e["ret"] == 0:
-                    e["out"] = int.from_bytes(read(e["args"][kind[1]], 8), "little")
-                st.remove(e)
+            tracer.returned(st, rsp)
         elif isinstance(bp, EntryBreakpoint):
-            retaddr = int.from_bytes(read(rsp, 8), "little")
-            e = {"img": img[0], "exe": exe_path[0], "fn": bp.at_names[0],
-                 "names": bp.at_names, "obj": bp.at_obj,
-                 "called": called_name(key[0], retaddr, reg("pc")),
-                 "pid": key[0], "tid": key[1],
-                 "args": [reg("rdi"), reg("rsi"), reg("rdx"), reg("rcx")],
-                 "depth": len(st), "ret": None, "t_entry": tick(), "_rsp": rsp}
-            if bt_depth and not st:
+            retaddr = read_u64(rsp)
+            outermost = not st
+            e = tracer.enter(key, st, rsp, retaddr, {
+                "img": img[0], "exe": exe_path[0], "fn": bp.at_names[0],
+                "names": bp.at_names, "obj": bp.at_obj,
+                "called": called_name(key[0], retaddr, reg("pc"))}, 4)
+            if bt_depth and outermost:
                 e["bt"] = backtrace(bt_depth)
-            events.append(e)
-            st.append(e)
-            reg_ret_bp(retaddr)
 
-with open(out_path, "w") as f:
-    for e in events:
-        e.pop("_rsp", None)
-        f.write(json.dumps(e) + "\n")
+tracer.write(out_path)

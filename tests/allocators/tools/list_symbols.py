@@ -5,19 +5,18 @@ by address (aliases share one probe), as memtrack's discovery must see them.
 usage: list_symbols.py ELF [ELF...] [--markdown]
 
 For each object: every defined global function symbol (symtab if present,
-else dynsym; nm --defined-only) that tools/symbols.py knows (= must be probed),
-grouped by address; then the other allocation-related names it exports that
+else dynsym; nm --defined-only) that tests/tools/memtrack_model/symbols.py
+knows (= must be probed), grouped by address; then the other allocation-related names it exports that
 are NOT probed (queries such as malloc_usable_size, or allocating helpers
 such as mi_strdup whose block size is not an argument) - for completeness.
 """
-import re
-import subprocess
-import sys
 import os
+import re
+import sys
 
 sys.dont_write_bytecode = True  # keep the source tree clean
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import symbols  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from memtrack_model import elf, symbols  # noqa: E402
 
 OTHER = re.compile(r"(alloc|free|^_Zn[wa]|^_Zd[la]|memalign|valloc|strdup|strndup|"
                    r"realpath|dupenv|wcsdup|mbsdup|expand|^mi_new|^tc_|^mi_heap_|^mi_theap_|"
@@ -26,13 +25,9 @@ OTHER = re.compile(r"(alloc|free|^_Zn[wa]|^_Zd[la]|memalign|valloc|strdup|strndu
 
 def defined(path):
     res = {}
-    for extra in ([], ["-D"]):
-        out = subprocess.run(["nm", "--defined-only"] + extra + [path],
-                             capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            m = re.match(r"([0-9a-f]+) ([TWi]) ([^@\s]+)", line)
-            if m:
-                res.setdefault(m.group(3), int(m.group(1), 16))
+    for dynamic in (False, True):
+        for addr, _type, name in elf.nm_functions(path, dynamic):
+            res.setdefault(name, addr)
     return res
 
 

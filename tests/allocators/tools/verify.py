@@ -12,10 +12,13 @@ Writes only under --out (default /tmp/memtrack-allocators-verify).
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
+
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from memtrack_model import dhat as dhat_output  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -62,15 +65,8 @@ def dhat(name, fx, out, tmp):
     p = subprocess.run(["valgrind", "--tool=dhat"] + flags +
                        ["--dhat-out-file=%s/dhat.%%p.json" % tmp] + cmd,
                        cwd=cwd, env=CLEAN_ENV, capture_output=True, text=True)
-    def grab(label):
-        m = re.findall(r"%s\s+([\d,]+) bytes in ([\d,]+) blocks" % re.escape(label), p.stderr)
-        b, n = m[-1]
-        return int(b.replace(",", "")), int(n.replace(",", ""))
-    tb, tn = grab("Total:")
-    gb, gn = grab("At t-gmax:")
-    eb, en = grab("At t-end:")
-    return {"total_bytes": tb, "total_blocks": tn, "gmax_bytes": gb, "gmax_blocks": gn,
-            "end_bytes": eb, "end_blocks": en}
+    # the last process's summary (--trace-children: the final image)
+    return list(dhat_output.summaries(p.stderr)[1].values())[-1]
 
 
 def trace(name, fx, out, tmp):

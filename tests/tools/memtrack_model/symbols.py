@@ -1,6 +1,8 @@
 """symbols.py - the allocator entry points memtrack's discovery must probe,
-with their argument layout. Shared by alloc_trace.py (gdb tracer),
-account.py (reference accounting) and list_symbols.py (README tables).
+with their argument layout. Shared by the gdb tracers
+(tests/fixtures/tools/gdb_trace.py, tests/allocators/tools/alloc_trace.py),
+the reference accounting (accounting.py, used by both account.py scripts),
+tests/allocators/tools/gen_expected.py and list_symbols.py (README tables).
 
 Each entry: NAME -> (kind, argument indexes). Registers: 0=rdi 1=rsi 2=rdx 3=rcx.
   ("alloc", s)            returns a block of arg[s] bytes (NULL = failure)
@@ -146,3 +148,17 @@ def symbolic(name):
     if name == "__posix_memalign":
         return "posix_memalign"
     return name
+
+
+def name_rank(name):
+    """Order of aliases at one address: public C names, then C++ operators,
+    then allocator-specific names, then glibc-private __libc_* aliases.
+    The first name in this order names the address (alloc_trace.py events'
+    "fn", expected.json's functions_by_address)."""
+    if name in GLIBC and not name.startswith("__"):
+        return (0, list(GLIBC).index(name), name)
+    if name in CXX:
+        return (1, list(CXX).index(name), name)
+    if name.startswith("__"):
+        return (3, 0, name)
+    return (2, 0, name)
