@@ -11,14 +11,16 @@
 # return address, matched to its call by thread and stack pointer (like a
 # uretprobe). This is exactly what uprobes see, so it includes calls made by
 # libraries (libstdc++'s startup pool, tcmalloc's own init...) and nested calls
-# (operator new -> malloc), which the accounting then drops (depth > 0).
+# (jemalloc's operator new -> aligned_alloc), which the accounting then drops;
+# libstdc++'s operators are traced too, though memtrack does not probe them
+# (the accounting sees through them: memtrack_model accounting.outermost()).
 # The breakpoint/stack bookkeeping is tests/tools/memtrack_model/gdbtrace.py,
 # shared with gdb_trace.py.
 #
 # Environment:
 #   AT_OUT      output file (JSON lines), required
 #   AT_BIN      program to run;  AT_ARGS  its arguments (JSON list, optional)
-#   AT_BT       frames of backtrace to record for depth-0 calls (default 0)
+#   AT_BT       frames of backtrace to record for outermost probed calls (default 0)
 #
 # Event: {"img": exec generation (0 = first image), "exe": path, "fn": first
 #   alias name, "names": all names at that address, "obj": object path,
@@ -41,6 +43,7 @@ try:
 except (NameError, ImportError):  # gdb may not set __file__ usefully:
     sys.path.insert(0, os.environ.get("AT_TOOLS", "."))  # the dir holding memtrack_model
     from memtrack_model import elf
+from memtrack_model import symbols  # noqa: E402
 from memtrack_model.accounting import MASK  # noqa: E402
 from memtrack_model.gdbtrace import (EntryBreakpoint, ReturnBreakpoint, Tracer,  # noqa: E402
                                      configure, read, read_u64, reg)
@@ -232,7 +235,7 @@ while True:
             tracer.returned(st, rsp)
         elif isinstance(bp, EntryBreakpoint):
             retaddr = read_u64(rsp)
-            outermost = not st
+            outermost = not any(symbols.probed(o["fn"], o["obj"]) for o in st)
             e = tracer.enter(key, st, rsp, retaddr, {
                 "img": img[0], "exe": exe_path[0], "fn": bp.at_names[0],
                 "names": bp.at_names, "obj": bp.at_obj,

@@ -33,19 +33,121 @@ NODHAT = {"dhat": False}
 
 # ---------------------------------------------------------------- cxx_mix
 
-def cxx_program(o_new, o_c):
-    """cxx_mix.cpp main(): o_new = the allocator library whose operator new/delete
-    interpose libstdc++'s, o_c = malloc's. A variant the library does not define
-    (libmimalloc.so.2 has no nothrow operator delete) binds to libstdc++'s,
-    which calls the plain one (nested)."""
-    ops = []
-    defined = ALIAS_GROUPS[o_new]
+# What each operator of libstdc++ 12 (libstdc++.so.6.0.30) calls, always through
+# libstdc++'s PLT (so a hop to an operator the allocator library defines lands
+# there). Checked: `gdb -batch -ex 'disassemble SYM' libstdc++.so.6.0.30` for all
+# 20, and the nested calls in the gdb traces of cxx_mix_glibc/cxx_new_fail_glibc:
+#   _Znwm(n)                   malloc(n ? n : 1); NULL -> new_handler, else throw
+#                              std::bad_alloc
+#   _ZnwmSt11align_val_t(n, a) aligned_alloc(a, (max(n, 1) + a - 1) & -a) (rounded
+#                              up to a multiple of a, C11); NULL -> as _Znwm
+#   nothrow new                try { return <the throwing one>(n[, a]); }
+#                              catch (...) { return nullptr; }
+#   new[] -> new, delete[] -> delete, sized and nothrow deletes -> the plain one
+#   _ZdlPv, _ZdlPvSt11align_val_t   jmp free@plt (tail call)
+# memtrack does not probe them (symbols.probed()): the call they forward to is
+# the probed one.
+STDCXX_CALLS = {
+    "_Znwm": "malloc", "_Znam": "_Znwm",
+    "_ZnwmRKSt9nothrow_t": "_Znwm", "_ZnamRKSt9nothrow_t": "_Znam",
+    "_ZnwmSt11align_val_t": "aligned_alloc", "_ZnamSt11align_val_t": "_ZnwmSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t": "_ZnwmSt11align_val_t",
+    "_ZnamSt11align_val_tRKSt9nothrow_t": "_ZnamSt11align_val_t",
+    "_ZdlPv": "free", "_ZdaPv": "_ZdlPv", "_ZdlPvm": "_ZdlPv", "_ZdaPvm": "_ZdaPv",
+    "_ZdlPvRKSt9nothrow_t": "_ZdlPv", "_ZdaPvRKSt9nothrow_t": "_ZdaPv",
+    "_ZdlPvSt11align_val_t": "free", "_ZdaPvSt11align_val_t": "_ZdlPvSt11align_val_t",
+    "_ZdlPvmSt11align_val_t": "_ZdlPvSt11align_val_t",
+    "_ZdaPvmSt11align_val_t": "_ZdaPvSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t": "_ZdlPvSt11align_val_t",
+    "_ZdaPvSt11align_val_tRKSt9nothrow_t": "_ZdaPvSt11align_val_t",
+}
+C_FUNCTIONS = ("malloc", "aligned_alloc", "free")
+# std::bad_alloc thrown by a failing operator new: __cxa_allocate_exception(8)
+# mallocs 8 + 128 (its __cxa_refcounted_exception header); __cxa_end_catch frees it
+BAD_ALLOC_OBJECT = 136
+NESTED = "nested"        # an exception object allocated inside a probed call: no block
 
-    def where(sym):
-        return o_new if sym in defined else STDCXX
-    A = lambda s, n, i: ops.append(("A", s, where(s), n, i))
-    F = lambda s, i: ops.append(("F", s, where(s), i))
-    X = lambda s: ops.append(("X", s, where(s)))
+
+class CxxCalls:
+    """The probed calls a C++ program's operator calls become. o_new = the
+    allocator library whose operator new/delete interpose libstdc++'s (STDCXX:
+    none), o_c = the process's malloc. An operator o_new does not define binds
+    to libstdc++'s, which memtrack does not probe (symbols.probed()): it is
+    replaced by the call it makes (STDCXX_CALLS), through the PLT, until a
+    probed function is reached (libmimalloc.so.2 has no nothrow operator
+    delete: libstdc++'s calls mimalloc's plain one). Such a call carries
+    {"via": the operator the program called}: the program did not call it, it
+    is keyed by the probed function (the first alias at its address)."""
+
+    def __init__(self, o_new, o_c):
+        self.ops = []
+        self.o_new, self.o_c = o_new, o_c
+        self.defined = {} if o_new == STDCXX else ALIAS_GROUPS[o_new]
+        self.exceptions = 0
+
+    def where(self, sym):
+        if sym in C_FUNCTIONS:
+            return self.o_c
+        return self.o_new if sym in self.defined else STDCXX
+
+    @staticmethod
+    def opts(via):
+        return ({"via": via[0]},) if via else ()
+
+    def new(self, sym, size, bid, align=None, fail=False, via=()):
+        """The program calls operator new `sym`(size[, align]) -> block bid;
+        fail: the allocation fails. Returns None, or for a failure that throws
+        std::bad_alloc what the catch block frees (caught())."""
+        obj = self.where(sym)
+        if symbols.probed(sym, obj):
+            if fail:
+                self.ops.append(("X", sym, obj) + self.opts(via))
+                # a throwing operator of an allocator library allocates the
+                # exception object inside the probed call
+                return None if "nothrow" in sym or sym in C_FUNCTIONS else NESTED
+            self.ops.append(("A", sym, obj, size, bid) + self.opts(via))
+            return None
+        nxt = STDCXX_CALLS[sym]
+        n = size
+        if nxt == "malloc":
+            n = max(size, 1)
+        elif nxt == "aligned_alloc":
+            n = (max(size, 1) + align - 1) & -align
+        thrown = self.new(nxt, n, bid, align, fail, via + (sym,))
+        if fail and nxt in C_FUNCTIONS:
+            # libstdc++'s operator new throws std::bad_alloc: the exception object
+            # is malloc'ed outside any probed call, a block of its own
+            self.exceptions += 1
+            thrown = "bad_alloc%d" % self.exceptions
+            self.ops.append(("A", "malloc", self.o_c, BAD_ALLOC_OBJECT, thrown)
+                            + self.opts(via + (sym,)))
+        if thrown is not None and "nothrow" in sym:
+            self.caught(thrown, via + (sym,))     # the nothrow operator catches it
+            return None
+        return thrown
+
+    def caught(self, thrown, via=()):
+        """A catch block of std::bad_alloc ends: __cxa_end_catch frees the
+        exception object, outside any probed call (a free of an unknown
+        pointer if it was allocated inside one)."""
+        if thrown == NESTED:
+            self.ops.append(("U", "free", self.o_c) + self.opts(via))
+        else:
+            self.ops.append(("F", "free", self.o_c, thrown) + self.opts(via))
+
+    def delete(self, sym, bid, via=()):
+        """The program calls operator delete `sym` of block bid."""
+        obj = self.where(sym)
+        if symbols.probed(sym, obj):
+            self.ops.append(("F", sym, obj, bid) + self.opts(via))
+        else:
+            self.delete(STDCXX_CALLS[sym], bid, via + (sym,))
+
+
+def cxx_program(o_new, o_c):
+    """cxx_mix.cpp main() (see CxxCalls)."""
+    c = CxxCalls(o_new, o_c)
+    A, F = c.new, c.delete
     # 1. vector<int>, 9 push_backs: capacities 1,2,4,8,16. _M_realloc_insert
     #    allocates the new buffer, moves, then frees the old one (sized delete:
     #    __new_allocator::deallocate -> operator delete(p, n*sizeof(int)))
@@ -58,21 +160,22 @@ def cxx_program(o_new, o_c):
     A("_Znwm", 32, "p"); F("_ZdlPvm", "p")                # 2. new Pod / delete
     A("_Znam", 40, "a"); F("_ZdaPv", "a")                 # 3. new int[10] / delete[]
     A("_Znam", 68, "w"); F("_ZdaPvm", "w")                # 4. new WithDtor[3]: 3*20 + 8 cookie
-    A("_ZnwmSt11align_val_t", 64, "x"); F("_ZdlPvmSt11align_val_t", "x")          # 5.
-    A("_ZnamSt11align_val_t", 128, "xa"); F("_ZdaPvSt11align_val_t", "xa")        # 6.
-    A("_ZnamSt11align_val_t", 192, "xd"); F("_ZdaPvmSt11align_val_t", "xd")       # 7. 64 cookie + 2*64
+    A("_ZnwmSt11align_val_t", 64, "x", 64); F("_ZdlPvmSt11align_val_t", "x")      # 5.
+    A("_ZnamSt11align_val_t", 128, "xa", 64); F("_ZdaPvSt11align_val_t", "xa")    # 6.
+    A("_ZnamSt11align_val_t", 192, "xd", 64); F("_ZdaPvmSt11align_val_t", "xd")   # 7. 64 cookie + 2*64
     A("_ZnwmRKSt9nothrow_t", 32, "n"); F("_ZdlPvm", "n")                          # 8.
     A("_ZnamRKSt9nothrow_t", 24, "na"); F("_ZdaPv", "na")
-    A("_ZnwmSt11align_val_tRKSt9nothrow_t", 64, "nx"); F("_ZdlPvmSt11align_val_t", "nx")
-    A("_ZnamSt11align_val_tRKSt9nothrow_t", 192, "nxa"); F("_ZdaPvSt11align_val_t", "nxa")
+    A("_ZnwmSt11align_val_tRKSt9nothrow_t", 64, "nx", 64); F("_ZdlPvmSt11align_val_t", "nx")
+    A("_ZnamSt11align_val_tRKSt9nothrow_t", 192, "nxa", 64); F("_ZdaPvSt11align_val_t", "nxa")
     A("_Znwm", 100, "r"); F("_ZdlPv", "r")                                        # 9.
     A("_ZnwmRKSt9nothrow_t", 50, "r2"); F("_ZdlPvRKSt9nothrow_t", "r2")
     A("_ZnamRKSt9nothrow_t", 70, "r3"); F("_ZdaPvRKSt9nothrow_t", "r3")
-    A("_ZnwmSt11align_val_t", 128, "r4"); F("_ZdlPvSt11align_val_t", "r4")
-    A("_ZnwmSt11align_val_tRKSt9nothrow_t", 256, "r5")
+    A("_ZnwmSt11align_val_t", 128, "r4", 64); F("_ZdlPvSt11align_val_t", "r4")
+    A("_ZnwmSt11align_val_tRKSt9nothrow_t", 256, "r5", 128)
     F("_ZdlPvSt11align_val_tRKSt9nothrow_t", "r5")
-    A("_ZnamSt11align_val_tRKSt9nothrow_t", 96, "r6")
+    A("_ZnamSt11align_val_tRKSt9nothrow_t", 96, "r6", 32)
     F("_ZdaPvSt11align_val_tRKSt9nothrow_t", "r6")
+    ops = c.ops
     ops += [("A", "malloc", o_c, 200, "m"), ("F", "free", o_c, "m"),                # 11.
             ("A", "calloc", o_c, 120, "c"), ("F", "free", o_c, "c"),
             ("A", "malloc", o_c, 10, "g"), ("R", "realloc", o_c, "g", 1000, "g2"),
@@ -81,33 +184,27 @@ def cxx_program(o_new, o_c):
     return ops
 
 
+HUGE = (1 << 63)         # SIZE_MAX/2 + 1 > PTRDIFF_MAX: every allocator fails at once
+
+
 def cxx_new_fail_program(o_new, o_c, throwing):
-    """cxx_new_fail.cpp main(). Sizes > PTRDIFF_MAX: every allocator fails at once."""
-    if o_new == STDCXX:
-        # libstdc++'s own operators are not probed (they forward to malloc/free, and a
-        # return probe on a throwing operator new breaks the unwinding): what is seen
-        # is malloc(huge) failing, then __cxa_allocate_exception's malloc(8 + 128) for
-        # the std::bad_alloc object, freed when it is caught (1. inside the nothrow
-        # operator, 2. in main).
-        ops = [("X", "malloc", o_c), ("A", "malloc", o_c, 136, "e1"), ("F", "free", o_c, "e1")]
-        if throwing:
-            ops += [("X", "malloc", o_c), ("A", "malloc", o_c, 136, "e2"),
-                    ("F", "free", o_c, "e2")]
-        return ops
-    defined = ALIAS_GROUPS[o_new]
-    where = lambda sym: o_new if sym in defined else STDCXX
-    # 1. nothrow new[] -> nullptr. (libstdc++: _ZnamRKSt9nothrow_t -> _Znam ->
-    #    _Znwm -> malloc(huge) NULL -> throw bad_alloc: the exception object
-    #    malloc(136) and its free happen nested, inside the nothrow operator)
-    ops = [("X", "_ZnamRKSt9nothrow_t", where("_ZnamRKSt9nothrow_t"))]
+    """cxx_new_fail.cpp main() (see CxxCalls).
+    1. nothrow new[] -> nullptr. libstdc++: _ZnamRKSt9nothrow_t -> _Znam -> _Znwm
+       -> malloc(huge) NULL -> throw std::bad_alloc (exception object malloc(136))
+       -> caught inside the nothrow operator (__cxa_end_catch: free). None of the
+       operators is probed: the failed malloc, the exception object and its free
+       are outermost calls. Allocator libraries' nothrow operators return NULL.
+    2. operator new(huge) throws std::bad_alloc, caught in main, whose
+       __cxa_end_catch frees the exception object outside any allocator call.
+       libstdc++: malloc fails, the exception object is a block, freed. An
+       allocator library's probed operator new fails (the call ends by
+       unwinding, not by returning); the exception object it allocated inside
+       is no block, so its free is unmatched."""
+    c = CxxCalls(o_new, o_c)
+    c.new("_ZnamRKSt9nothrow_t", HUGE, None, fail=True)
     if throwing:
-        # 2. operator new(huge) throws std::bad_alloc: a failure (the call ends
-        #    by unwinding, not by returning). __cxa_allocate_exception's
-        #    malloc(136) runs inside operator new (nested, not a block);
-        #    __cxa_end_catch in main frees it outside any allocator call: one
-        #    free() of an unknown pointer -> unmatched
-        ops += [("X", "_Znwm", where("_Znwm")), ("U", "free", o_c)]
-    return ops
+        c.caught(c.new("_Znwm", HUGE, None, fail=True))
+    return c.ops
 
 
 def cxx_variants(program=None):
@@ -294,7 +391,20 @@ def pre_exec_ops():
 REALLOC_LIKE = re.compile(r"realloc|rallocx")
 
 
-def simulate(ops, key=lambda sym, obj: symbols.symbolic(sym), dhat=False):
+def address_name(sym, obj):
+    """The report name of the probed function at sym's address in obj: its
+    first alias (symbols.name_rank order)."""
+    g = ALIAS_GROUPS.get(obj, {}).get(sym)
+    return symbols.symbolic(g[0]) if g else symbols.symbolic(sym)
+
+
+def call_key(sym, obj, opts):
+    """functions key: what the caller called; a call reached through an
+    unprobed libstdc++ operator ("via") by the probed function it reached."""
+    return address_name(sym, obj) if opts.get("via") else symbols.symbolic(sym)
+
+
+def simulate(ops, key=call_key, dhat=False):
     """Apply the accounting rules (memtrack_model/accounting.py) to an op list:
     (totals, functions), or with dhat=True what DHAT prints for the ops it sees."""
     pr = accounting.Proc(realloc_like_name=REALLOC_LIKE.search)
@@ -309,7 +419,7 @@ def simulate(ops, key=lambda sym, obj: symbols.symbolic(sym), dhat=False):
         if dhat and opts.get("dhat", True) is False:
             continue
         kind, sym, obj = op[0], op[1], op[2]
-        name = key(sym, obj)
+        name = key(sym, obj, opts)
         pr.f(name)["calls"] += 1
         if kind == "A":
             pr.alloc(name, op[4], op[3])
@@ -338,11 +448,8 @@ def alias_groups(path):
     return res
 
 
-def by_address_key(groups_by_obj):
-    def key(sym, obj):
-        g = groups_by_obj.get(obj, {}).get(sym)
-        return symbols.symbolic(g[0]) if g else symbols.symbolic(sym)
-    return key
+def by_address_key(sym, obj, opts):
+    return address_name(sym, obj)
 
 
 def reached_groups(ops, groups_by_obj):
@@ -357,7 +464,8 @@ def reached_groups(ops, groups_by_obj):
 def objects_of(ops):
     res = {}
     for op in ops:
-        res.setdefault(symbols.symbolic(op[1]), set()).add(op[2])
+        opts = op[-1] if isinstance(op[-1], dict) else {}
+        res.setdefault(call_key(op[1], op[2], opts), set()).add(op[2])
     return {k: sorted(v) for k, v in sorted(res.items())}
 
 # ---------------------------------------------------------------- output
@@ -366,7 +474,7 @@ def proc_entry(ops, groups_by_obj=None, dhat=True, extra=None):
     totals, fns = simulate(ops)
     e = {"totals": totals, "functions": fns, "objects": objects_of(ops)}
     if groups_by_obj:
-        _, fba = simulate(ops, key=by_address_key(groups_by_obj))
+        _, fba = simulate(ops, key=by_address_key)
         if fba != fns:
             e["functions_by_address"] = fba
             e["address_groups"] = reached_groups(ops, groups_by_obj)
@@ -499,15 +607,20 @@ def main():
                     "realloc atomic, nested calls not counted, free(NULL) a call only, lost_events 0)",
             "scope": "whole process from exec to exit of the FINAL image; images before an execve "
                      "are in earlier_images (informational)",
-            "layers": "every allocator entry point reached is probed; a block is counted once, at the "
-                      "outermost probed call on the thread (operator new -> malloc = 1 block, "
-                      "'operator new'); calls made by libraries outside any probed call (libstdc++'s "
+            "layers": "every allocator entry point reached is probed, except the C++ operators "
+                      "defined in libstdc++.so.6 (memtrack does not probe them: they forward to "
+                      "malloc/aligned_alloc/free, through which their calls are counted); a block is "
+                      "counted once, at the outermost probed call on the thread (jemalloc's operator "
+                      "new -> aligned_alloc = 1 block, 'operator new'; libstdc++'s operator new -> "
+                      "malloc = 1 block, 'malloc'); calls made by libraries outside any probed call (libstdc++'s "
                       "pool, ld.so during dlopen, glibc's pthread_getattr_np, tcmalloc's init, Rust std) "
                       "are ordinary calls and count",
             "functions": "keyed by the symbol the caller called: the 20 C++ operators collapse into "
                          "'operator new', 'operator new[]', 'operator delete', 'operator delete[]' "
                          "(incl. nothrow, sized, aligned variants); jemalloc/mimalloc/tcmalloc names as "
-                         "exported (mallocx, _rjem_malloc, mi_malloc_aligned, tc_malloc...). bytes: "
+                         "exported (mallocx, _rjem_malloc, mi_malloc_aligned, tc_malloc...); a call reached "
+                         "through an unprobed libstdc++ operator by the probed function it reached (first "
+                         "alias at its address: malloc, aligned_alloc, free...). bytes: "
                          "allocating functions the requested bytes handed out; releasing functions "
                          "(free, operator delete*, sdallocx, dallocx, mi_free...) the known bytes they "
                          "released; realloc-like functions (realloc, *_realloc*, rallocx) also grows/shrinks",

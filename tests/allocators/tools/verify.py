@@ -5,7 +5,8 @@
   3. valgrind DHAT (where the fixture has a "dhat" entry)
   4. gdb reference trace (tools/alloc_trace.py + tools/account.py): totals,
      functions, functions_by_address, objects, earlier images
-and prints which entry points each fixture reached (outermost and nested).
+and prints which entry points each fixture reached (outermost, nested, and
+traced but not probed: libstdc++'s operators).
 
 usage: python3 tools/verify.py [--out DIR] [--no-build] [--only NAME,...]
 Writes only under --out (default /tmp/memtrack-allocators-verify).
@@ -18,7 +19,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from memtrack_model import dhat as dhat_output  # noqa: E402
+from memtrack_model import accounting, dhat as dhat_output  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -85,13 +86,17 @@ def trace(name, fx, out, tmp):
 
 
 def reached(evs, img):
-    outer, nested = set(), set()
+    """(outermost probed, probed but only nested, traced but not probed)"""
+    evs = [e for e in evs if e["img"] == img]
+    outer_ids = {id(e) for e in accounting.outermost(evs)}
+    outer, nested, unprobed = set(), set(), set()
     for e in evs:
-        if e["img"] != img:
-            continue
         label = " = ".join(e["names"])
-        (outer if e["depth"] == 0 else nested).add(label)
-    return sorted(outer), sorted(nested - outer)
+        if not accounting.probed(e):
+            unprobed.add(label)
+        else:
+            (outer if id(e) in outer_ids else nested).add(label)
+    return sorted(outer), sorted(nested - outer), sorted(unprobed)
 
 
 def main():
@@ -123,7 +128,7 @@ def main():
         last = max(imgs) if imgs else 0
         if name == "bump":
             check(name, "gdb trace: no allocator calls", len(evs), 0)
-            reach[name] = ([], [])
+            reach[name] = ([], [], [])
             continue
         got = next(v for v in procs.values() if v["img"] == last)
         gotg = next(v for v in gprocs.values() if v["img"] == last)
@@ -142,9 +147,9 @@ def main():
                       g[0]["totals"] if g else {k: 0 for k in zero}, img["totals"])
         reach[name] = reached(evs, last)
     print("\n== entry points reached (final image; '=' joins aliases at one address)")
-    for name, (outer, nested) in reach.items():
-        print("%s:\n  outermost: %s\n  nested only: %s" % (name, "; ".join(outer) or "-",
-                                                       "; ".join(nested) or "-"))
+    for name, (outer, nested, unprobed) in reach.items():
+        print("%s:\n  outermost: %s\n  nested only: %s\n  traced, not probed: %s" % (
+            name, "; ".join(outer) or "-", "; ".join(nested) or "-", "; ".join(unprobed) or "-"))
     print("\n%d checks, %d failed" % (checks[0], len(failures)))
     for f in failures:
         print("FAIL " + f)

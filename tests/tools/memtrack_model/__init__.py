@@ -2,8 +2,9 @@
 (tests/fixtures/tools/ and tests/allocators/tools/): plain Python 3 standard
 library, no dependencies.
 
-  symbols.py     the allocator entry points to probe, with their argument layout
-  accounting.py  the accounting rules (a reference tracker): Proc, timeline(), account()
+  symbols.py     the allocator entry points, their argument layout, probed()
+  accounting.py  the accounting rules (a reference tracker): Proc, outermost(), timeline(),
+                 account()
   elf.py         nm symbols, ELF type, /proc/PID/maps
   dhat.py        valgrind DHAT summary lines -> expected.json "dhat" fields
   gdbtrace.py    entry/return breakpoints and the call stacks of the gdb tracers

@@ -11,7 +11,8 @@ per-function numbers, with the field names of expected.json (memtrack's
 Stats / FunctionStats). A "block" is whatever identifies it: the address in
 a trace, an id in a hand-written sequence.
 
-Only outermost calls are accounted (the callers drop nested ones).
+Only outermost probed calls are accounted (outermost(): nested calls are part
+of the outer one; libstdc++'s C++ operators are not probed, symbols.probed()).
 Allocations take effect when the call returns, releases when it is entered
 (timeline()); a successful realloc(p, n>0) releases p's block and hands out
 the new one atomically (no transient old+new for the peak).
@@ -154,13 +155,43 @@ class Proc:
                                       t["live_bytes"], t["live_blocks"])))
 
 
+def probed(e):
+    """Is the traced call e one memtrack probes? Traces cover every entry point
+    of symbols.py, memtrack leaves libstdc++'s C++ operators out (symbols.probed)."""
+    return symbols.probed(e["fn"], e.get("obj"))
+
+
+def outermost(evs):
+    """The calls memtrack accounts, in entry order: probed calls that begin while
+    no probed call is active on their thread (a block is counted once, at the
+    outermost probed call). A traced call that is not probed is transparent:
+    libstdc++'s operator new -> malloc is one call, malloc's. Each returned
+    event gets "via": the (unprobed) traced calls enclosing it, outermost first
+    (empty: its caller called it directly).
+
+    A trace's "depth" counts every traced call active at entry; the enclosing
+    calls are rebuilt from it per thread (calls nest: those active when a call
+    begins are the first `depth` of the previous call's chain plus that call)."""
+    chains = {}
+    res = []
+    for e in sorted(evs, key=lambda e: e["t_entry"]):
+        st = chains.setdefault((e.get("pid"), e.get("tid"), e.get("img")), [])
+        if len(st) < e["depth"]:
+            raise SystemExit("trace out of order: depth %d after %d active calls: %r"
+                             % (e["depth"], len(st), e))
+        del st[e["depth"]:]
+        if probed(e) and not any(probed(o) for o in st):
+            e["via"] = [o["fn"] for o in st]
+            res.append(e)
+        st.append(e)
+    return res
+
+
 def timeline(evs):
-    """The outermost calls (depth 0) of a trace in accounting order: releases
-    at entry, everything else at return."""
+    """The outermost probed calls of a trace (outermost()) in accounting order:
+    releases at entry, everything else at return."""
     timed = []
-    for e in evs:
-        if e["depth"] != 0:
-            continue
+    for e in outermost(evs):
         if e.get("ret") is None:
             raise SystemExit("call without return: %r" % e)
         kind = symbols.lookup(e["fn"])[1]
@@ -170,8 +201,8 @@ def timeline(evs):
 
 
 def account(evs, proc_key, fn_key):
-    """Account the outermost calls of evs: {proc_key(e): Proc}, each call
-    under the function name fn_key(e)."""
+    """Account the outermost probed calls of evs: {proc_key(e): Proc}, each
+    call under the function name fn_key(e) (e["via"] set, see outermost())."""
     procs = {}
     for e in timeline(evs):
         pr = procs.setdefault(proc_key(e), Proc())

@@ -3,6 +3,7 @@ with their argument layout. Shared by the gdb tracers
 (tests/fixtures/tools/gdb_trace.py, tests/allocators/tools/alloc_trace.py),
 the reference accounting (accounting.py, used by both account.py scripts),
 tests/allocators/tools/gen_expected.py and list_symbols.py (README tables).
+probed(): which of them memtrack leaves unprobed (libstdc++'s C++ operators).
 
 Each entry: NAME -> (kind, argument indexes). Registers: 0=rdi 1=rsi 2=rdx 3=rcx.
   ("alloc", s)            returns a block of arg[s] bytes (NULL = failure)
@@ -135,6 +136,28 @@ for _n in CXX:
         SYMBOLIC[_n] = "operator delete"
     else:
         SYMBOLIC[_n] = "operator delete[]"
+
+
+# GNU libstdc++'s operator new/delete are NOT probed (memtrack-targets
+# src/process.rs, forwards_cxx_operators: the C++ operators of an object whose
+# file name starts with "libstdc++"). They only forward, through libstdc++'s
+# PLT, to malloc/aligned_alloc/free (or to the operator an allocator library
+# interposes), which are probed; and a return probe on a throwing operator new
+# would stop std::bad_alloc from unwinding. A traced call into one of them is
+# transparent: the probed calls it makes are outermost if nothing probed
+# encloses it (accounting.outermost()).
+UNPROBED_CXX_OBJECT_PREFIX = "libstdc++"
+
+
+def probed(name, obj=None):
+    """Does memtrack probe the entry point `name` (a symbols.py name) defined in
+    the object `obj` (a path or file name; None = not known: the name decides)?"""
+    if lookup(name) is None:
+        return False
+    if obj and name in CXX and \
+            obj.rsplit("/", 1)[-1].startswith(UNPROBED_CXX_OBJECT_PREFIX):
+        return False
+    return True
 
 
 def symbolic(name):
