@@ -11,6 +11,8 @@
 //! tracker's own latencies are kept for benchmark 4 (one in-process tracker fewer to
 //! make and drop).
 
+use memtrack::Tracker;
+
 use crate::{
     BenchResult,
     lifecycle::{self, End},
@@ -35,6 +37,8 @@ pub struct IsolationResult {
     pub syscall_native: Samples,
     /// The same beside the counting tracker.
     pub syscall_beside: Samples,
+    /// The same beside a counting tracker made with `count_syscalls(false)`.
+    pub syscall_beside_uncounted: Samples,
 }
 
 /// Runs the unrelated loop natively, beside a counting tracker, and natively again.
@@ -61,6 +65,17 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
             Ok((beside, syscall_beside, tracker.collect()?.alloc_calls))
         })?;
     session.tracker_timings.push(timings);
+    eprintln!("  unrelated syscall loop beside a tracker that does not count syscalls");
+    let syscall_beside_uncounted = {
+        let mut tracker = Tracker::builder().count_syscalls(false).build()?;
+        tracker.start()?;
+        let samples = (0..s.isolation_runs)
+            .map(|_| run_loop(&syscalls))
+            .collect::<BenchResult<Samples>>()?;
+        tracker.stop()?;
+        tracker.close();
+        samples
+    };
     for _ in half..s.isolation_runs {
         native.push(run_loop(&pairs)?);
         syscall_native.push(run_loop(&syscalls)?);
@@ -72,5 +87,6 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
         tracker_counted_allocs,
         syscall_native,
         syscall_beside,
+        syscall_beside_uncounted,
     })
 }

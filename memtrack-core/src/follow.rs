@@ -362,7 +362,7 @@ impl FollowState {
                 .earlier_images
                 .push(crate::process::ImageStats {
                     command: record.process.command.clone(),
-                    stats: crate::stats::Stats::from(&stats),
+                    stats: self.shared.stats(&stats),
                 });
         }
     }

@@ -190,6 +190,7 @@ impl Engine {
         max_live_blocks: u32,
         placement: ProbePlacement,
         links: UprobeLinks,
+        count_syscalls: bool,
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
@@ -202,14 +203,17 @@ impl Engine {
             .map_err(|e| Error::Load(Box::new(e)))?;
         let mode = load_uprobe_programs(&mut ebpf, links)?;
 
-        let (name, tracepoint) = SYSCALL_PROGRAM;
-        let program: &mut RawTracePoint = ebpf
-            .program_mut(name)
-            .ok_or_else(|| missing_program(name))?
-            .try_into()
-            .map_err(program_err(name))?;
-        program.load().map_err(program_err(name))?;
-        let syscall_links = vec![(name, program.attach(tracepoint).map_err(program_err(name))?)];
+        let mut syscall_links = Vec::new();
+        if count_syscalls {
+            let (name, tracepoint) = SYSCALL_PROGRAM;
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| missing_program(name))?
+                .try_into()
+                .map_err(program_err(name))?;
+            program.load().map_err(program_err(name))?;
+            syscall_links.push((name, program.attach(tracepoint).map_err(program_err(name))?));
+        }
 
         let tracked = take_map(&mut ebpf, "TRACKED")?;
         let stats = take_map(&mut ebpf, "STATS")?;

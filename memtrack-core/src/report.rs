@@ -198,9 +198,8 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
             format!("{} (numbers above are not exact)", stats.lost_events),
         );
     }
-    let s = &stats.syscalls;
-    if s.mmap_calls + s.munmap_calls + s.brk_calls != 0 {
-        line(
+    match &stats.syscalls {
+        Some(s) if s.mmap_calls + s.munmap_calls + s.brk_calls != 0 => line(
             "mmap/munmap/brk",
             format!(
                 "{} mmap ({}), {} munmap ({}), {} brk (+{} / -{})",
@@ -212,7 +211,9 @@ fn stats_lines(stats: &Stats, indent: &str) -> String {
                 format_bytes(s.brk_grown_bytes),
                 format_bytes(s.brk_shrunk_bytes)
             ),
-        );
+        ),
+        Some(_) => {}
+        None => line("mmap/munmap/brk", "not counted".to_string()),
     }
     if !stats.functions.is_empty() {
         let calls: Vec<String> = stats

@@ -19,8 +19,10 @@ use crate::{
     stats::Stats,
 };
 
-/// The schema version this build writes, and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build writes, and the newest it reads. Version 2: the
+/// `syscalls` of a `stats` map may be nil (mmap/munmap/brk not counted); version 1
+/// files, which always have them, read the same.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
 pub const RESULT_FILE_SUFFIX: &str = ".MemtrackResult.msgpack";
@@ -217,6 +219,11 @@ mod tests {
                 alloc_calls: 3,
                 bytes_allocated: 300,
                 functions,
+                syscalls: Some(crate::stats::SyscallStats {
+                    mmap_calls: 2,
+                    mmap_bytes: 8192,
+                    ..Default::default()
+                }),
                 ..Stats::default()
             },
             earlier_images: vec![],
@@ -250,6 +257,20 @@ mod tests {
         assert!(keys.contains(&"schema_version"));
         assert!(keys.contains(&"stats"));
         assert!(keys.contains(&"pid"));
+    }
+
+    #[test]
+    fn version_1_files_still_read() {
+        // Version 1 differs only in that `syscalls` was always a map.
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = sample();
+        old.schema_version = 1;
+        let path = old.write_to_dir(dir.path()).unwrap();
+        let read = MemtrackResult::read_from(&path).unwrap();
+        assert_eq!(read.schema_version, 1);
+        assert_eq!(read.stats.syscalls.unwrap().mmap_calls, 2);
+        // Not counted is nil, and reads back as None.
+        assert_eq!(read.benchmarks[0].stats.syscalls, None);
     }
 
     #[test]

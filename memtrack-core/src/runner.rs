@@ -38,6 +38,9 @@ pub struct RunOptions {
     /// Capacity of the kernel's live-block map (None: the default, 1,048,576 blocks).
     /// More live blocks than this across the tracked processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
+    /// Do not count mmap/munmap/brk (see
+    /// [`TrackerBuilder::count_syscalls`](crate::TrackerBuilder::count_syscalls)).
+    pub no_syscalls: bool,
 }
 
 /// What a run produced.
@@ -189,7 +192,7 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
     spec.env.push((name.into(), Some(value)));
 
     install_signal_forwarding();
-    let mut builder = Tracker::builder();
+    let mut builder = Tracker::builder().count_syscalls(!options.no_syscalls);
     if let Some(blocks) = options.max_live_blocks {
         builder = builder.max_live_blocks(blocks);
     }

@@ -52,8 +52,10 @@ pub struct Stats {
     /// Events that could not be accounted exactly (full live map, lost call state,
     /// contended update). Non-zero means the other numbers may be off; 0 means exact.
     pub lost_events: u64,
-    /// Memory-mapping syscalls, counted apart from the heap numbers.
-    pub syscalls: SyscallStats,
+    /// Memory-mapping syscalls, counted apart from the heap numbers; `None` when they
+    /// were not counted (`TrackerBuilder::count_syscalls(false)`, `--no-syscalls`).
+    #[serde(default)]
+    pub syscalls: Option<SyscallStats>,
     /// Per allocator function (by symbol name), only functions that were called.
     pub functions: BTreeMap<String, FunctionStats>,
     /// Requested sizes of the blocks handed out, by power of two (non-empty buckets only).
@@ -167,7 +169,7 @@ impl From<&PidStats> for Stats {
             failed_allocs: raw.failed_allocs,
             unmatched_frees: raw.unmatched_frees,
             lost_events: raw.lost_events,
-            syscalls: SyscallStats {
+            syscalls: Some(SyscallStats {
                 mmap_calls: raw.mmap_calls,
                 mmap_bytes: raw.mmap_bytes,
                 munmap_calls: raw.munmap_calls,
@@ -175,7 +177,7 @@ impl From<&PidStats> for Stats {
                 brk_calls: raw.brk_calls,
                 brk_grown_bytes: raw.brk_grown_bytes,
                 brk_shrunk_bytes: raw.brk_shrunk_bytes,
-            },
+            }),
             functions,
             size_histogram,
         }
@@ -200,14 +202,20 @@ impl Stats {
         self.failed_allocs += other.failed_allocs;
         self.unmatched_frees += other.unmatched_frees;
         self.lost_events += other.lost_events;
-        let (a, b) = (&mut self.syscalls, &other.syscalls);
-        a.mmap_calls += b.mmap_calls;
-        a.mmap_bytes += b.mmap_bytes;
-        a.munmap_calls += b.munmap_calls;
-        a.munmap_bytes += b.munmap_bytes;
-        a.brk_calls += b.brk_calls;
-        a.brk_grown_bytes += b.brk_grown_bytes;
-        a.brk_shrunk_bytes += b.brk_shrunk_bytes;
+        // Not counted (None) adds nothing.
+        match (&mut self.syscalls, &other.syscalls) {
+            (Some(a), Some(b)) => {
+                a.mmap_calls += b.mmap_calls;
+                a.mmap_bytes += b.mmap_bytes;
+                a.munmap_calls += b.munmap_calls;
+                a.munmap_bytes += b.munmap_bytes;
+                a.brk_calls += b.brk_calls;
+                a.brk_grown_bytes += b.brk_grown_bytes;
+                a.brk_shrunk_bytes += b.brk_shrunk_bytes;
+            }
+            (mine @ None, Some(b)) => *mine = Some(b.clone()),
+            (_, None) => {}
+        }
         for (name, f) in &other.functions {
             let mine = self.functions.entry(name.clone()).or_default();
             mine.calls += f.calls;
@@ -290,7 +298,7 @@ mod tests {
             (s.failed_allocs, s.unmatched_frees, s.lost_events),
             (4, 5, 6)
         );
-        assert_eq!(s.syscalls.mmap_calls, 7);
+        assert_eq!(s.syscalls.as_ref().unwrap().mmap_calls, 7);
         assert_eq!(s.functions.len(), 1);
         assert_eq!(s.function("realloc").unwrap().calls, 9);
         assert_eq!(s.function("realloc").unwrap().grows, 1);

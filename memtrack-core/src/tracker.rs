@@ -52,6 +52,8 @@ impl ExitStatus {
 /// State shared by the tracker and its follower thread.
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
+    /// Whether mmap/munmap/brk are counted (the syscall tracepoint is attached).
+    count_syscalls: bool,
     pub(crate) registry: Mutex<Registry>,
     enabled: AtomicBool,
     root_exit: Mutex<Option<ExitStatus>>,
@@ -74,6 +76,15 @@ impl Shared {
             engine.set_state(record.process.pid, state)?;
         }
         Ok(())
+    }
+
+    /// Raw counters as [`Stats`]; the syscall counters are `None` when not counted.
+    pub(crate) fn stats(&self, raw: &PidStats) -> Stats {
+        let mut stats = Stats::from(raw);
+        if !self.count_syscalls {
+            stats.syscalls = None;
+        }
+        stats
     }
 
     /// The raw counters of `pid`: captured at its exit, or read from the kernel now.
@@ -110,6 +121,7 @@ pub struct TrackerBuilder {
     start_enabled: bool,
     placement: ProbePlacement,
     links: UprobeLinks,
+    count_syscalls: bool,
 }
 
 impl Default for TrackerBuilder {
@@ -120,6 +132,7 @@ impl Default for TrackerBuilder {
             start_enabled: true,
             placement: ProbePlacement::default(),
             links: UprobeLinks::default(),
+            count_syscalls: true,
         }
     }
 }
@@ -159,13 +172,26 @@ impl TrackerBuilder {
         self
     }
 
+    /// Whether `mmap`, `munmap` and `brk` are counted (default: yes). Counting them
+    /// puts a raw tracepoint on every syscall's exit, on the whole machine, for as long
+    /// as the tracker exists: about 27 ns more per system call for every process here
+    /// (BENCHMARKS.md). With `false` nothing is attached there and
+    /// [`Stats::syscalls`](crate::Stats::syscalls) is `None`; the heap numbers are the
+    /// same.
+    pub fn count_syscalls(mut self, count: bool) -> Self {
+        self.count_syscalls = count;
+        self
+    }
+
     fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
         Ok(Arc::new(Shared {
             engine: Mutex::new(Engine::load(
                 self.max_live_blocks,
                 self.placement,
                 self.links,
+                self.count_syscalls,
             )?),
+            count_syscalls: self.count_syscalls,
             registry: Mutex::new(Registry::new()),
             enabled: AtomicBool::new(enabled),
             root_exit: Mutex::new(None),
@@ -288,7 +314,7 @@ impl TrackerControl {
 
     /// One process's counters now (or when it exited).
     pub fn process_stats(&self, pid: u32) -> Result<Stats> {
-        Ok(Stats::from(&self.shared.raw_stats(pid)?))
+        Ok(self.shared.stats(&self.shared.raw_stats(pid)?))
     }
 
     /// Every tracked process, as in [`Tracker::collect_processes`].
@@ -368,7 +394,7 @@ impl Tracker {
     /// The counters of the tracked (root) process since it was first tracked or last
     /// [`reset`](Self::reset).
     pub fn collect(&self) -> Result<Stats> {
-        Ok(Stats::from(&self.shared.raw_stats(self.pid)?))
+        Ok(self.shared.stats(&self.shared.raw_stats(self.pid)?))
     }
 
     /// Every tracked process (the root and its descendants) with its own counters,
@@ -379,7 +405,7 @@ impl Tracker {
             .iter()
             .map(|record| {
                 let raw = self.shared.raw_stats(record.process.pid)?;
-                Ok(record.report(Stats::from(&raw)))
+                Ok(record.report(self.shared.stats(&raw)))
             })
             .collect()
     }

@@ -289,3 +289,36 @@ fn many_short_processes_are_each_tracked() {
         assert_eq!(r.stats.lost_events, 0, "{:?}", r.command);
     }
 }
+
+/// `--no-syscalls`: the report says the syscall counters were not counted, the JSON
+/// report and the result files hold null for them, and the heap numbers are unchanged.
+#[test]
+fn no_syscalls_says_not_counted() {
+    if !require_privileges("no_syscalls_says_not_counted") {
+        return;
+    }
+    let mut run = Run::new(&["--no-syscalls"], [fixture("leak")]);
+    let text = String::from_utf8(run.succeed()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("mmap/munmap/brk"))
+        .unwrap_or_else(|| panic!("no syscall line:\n{text}"));
+    assert!(line.ends_with("not counted"), "{line}");
+    let results = run.results();
+    assert_eq!(results[0].stats.syscalls, None);
+    let want = &expected()["fixtures"]["leak"]["processes"]["main"]["totals"];
+    assert_eq!(
+        results[0].stats.alloc_calls,
+        want["alloc_calls"].as_u64().unwrap()
+    );
+    let json = memtrack()
+        .args(["report", "--json"])
+        .arg(run.dir.path())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        json["processes"][0]["stats"]["syscalls"].is_null(),
+        "{json}"
+    );
+}

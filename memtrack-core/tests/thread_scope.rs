@@ -58,16 +58,12 @@ fn counts_only_the_calling_thread() {
     assert!(allocated_elsewhere > 0, "the noise threads did allocate");
 }
 
-/// mmap and munmap of this thread, counted exactly (their own counters, not heap
-/// numbers); failed calls are not counted.
-#[test]
-fn mmap_and_munmap_are_counted_exactly() {
-    if !require_privileges("mmap_and_munmap_are_counted_exactly") {
-        return;
-    }
-    const BIG: usize = 1 << 20;
-    const SMALL: usize = 3 * 4096;
-    let mut tracker = Tracker::builder().scope(Scope::Thread).build().unwrap();
+const BIG: usize = 1 << 20;
+const SMALL: usize = 3 * 4096;
+
+/// Maps BIG and SMALL bytes, fails a zero-length mmap and an unaligned munmap, and
+/// unmaps both mappings, with `tracker` counting this thread only.
+fn map_and_unmap(tracker: &mut Tracker) -> memtrack::Stats {
     tracker.start().unwrap();
     let map = |len: usize| {
         // SAFETY: an anonymous private mapping; no memory is touched.
@@ -96,12 +92,39 @@ fn mmap_and_munmap_are_counted_exactly() {
         assert_eq!(libc::munmap(small, SMALL), 0);
     }
     tracker.stop().unwrap();
-    let stats = tracker.collect().unwrap();
-    let s = &stats.syscalls;
+    tracker.collect().unwrap()
+}
+
+/// mmap and munmap of this thread, counted exactly (their own counters, not heap
+/// numbers); failed calls are not counted.
+#[test]
+fn mmap_and_munmap_are_counted_exactly() {
+    if !require_privileges("mmap_and_munmap_are_counted_exactly") {
+        return;
+    }
+    let mut tracker = Tracker::builder().scope(Scope::Thread).build().unwrap();
+    let stats = map_and_unmap(&mut tracker);
+    let s = stats.syscalls.as_ref().expect("counted by default");
     assert_eq!(s.mmap_calls, 2, "{s:?}");
     assert_eq!(s.mmap_bytes, (BIG + SMALL) as u64, "{s:?}");
     assert_eq!(s.munmap_calls, 2, "{s:?}");
     assert_eq!(s.munmap_bytes, (BIG + SMALL) as u64, "{s:?}");
     assert_eq!(s.brk_calls, 0, "{s:?}");
+    assert_eq!(stats.alloc_calls, 0, "{stats:?}");
+}
+
+/// With `count_syscalls(false)` the syscall counters say "not counted" (None), not 0.
+#[test]
+fn syscalls_not_counted_are_none() {
+    if !require_privileges("syscalls_not_counted_are_none") {
+        return;
+    }
+    let mut tracker = Tracker::builder()
+        .scope(Scope::Thread)
+        .count_syscalls(false)
+        .build()
+        .unwrap();
+    let stats = map_and_unmap(&mut tracker);
+    assert_eq!(stats.syscalls, None, "{stats:?}");
     assert_eq!(stats.alloc_calls, 0, "{stats:?}");
 }
