@@ -10,6 +10,7 @@
 //! `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` returns), every `*_calls`/`*_blocks` field a
 //! plain count.
 #![no_std]
+#![warn(missing_docs)]
 
 /// Number of per-function counter slots in [`PidStats::funcs`]: one per function name
 /// memtrack reports (the user-space table `memtrack_targets::AllocFn` numbers them).

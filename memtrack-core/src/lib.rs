@@ -25,6 +25,8 @@
 //! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
 //! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
 
+#![warn(missing_docs)]
+
 mod detach;
 mod error;
 mod follow;

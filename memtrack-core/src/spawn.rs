@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 pub struct CommandSpec {
     /// The program, a path or a name looked up in PATH.
     pub program: OsString,
-    /// Arguments after argv[0].
+    /// Arguments after `argv[0]`.
     pub args: Vec<OsString>,
     /// Environment changes on top of this process's environment (None: remove).
     pub env: Vec<(OsString, Option<OsString>)>,
