@@ -35,75 +35,43 @@ use settings::Settings;
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The benchmark sections, in the order they run.
-const SECTIONS: [&str; 5] = ["isolation", "lifecycle", "pairs", "functions", "threads"];
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    /// 5. An unrelated process beside a tracker.
+    Isolation,
+    /// 4. Tracker latency.
+    Lifecycle,
+    /// 1. malloc+free pairs.
+    Pairs,
+    /// 2. calloc, realloc, posix_memalign, C++ new/delete.
+    Functions,
+    /// 3. Threads.
+    Threads,
+}
 
-/// `--help` text.
-const USAGE: &str = "\
-usage: memtrack-benches [--quick] [--json FILE] [--only SECTION[,SECTION...]]
-
-  --quick        small loops and few runs (CI smoke run, well under a minute)
-  --json FILE    also write every sample as JSON to FILE
-  --only LIST    run only these sections: isolation, lifecycle, pairs, functions, threads
-
-Prints the results as Markdown on stdout, progress on stderr. Needs root (or CAP_BPF,
-CAP_PERFMON and CAP_SYS_PTRACE) and gcc/g++.";
-
-/// The command line.
+/// memtrack's own benchmarks. Prints the results as Markdown on stdout, progress on
+/// stderr. Needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and gcc/g++. Exit
+/// status: 0, or 1 if something failed or a tracked run counted inexactly, 2 for a
+/// usage error.
+#[derive(clap::Parser, Debug)]
+#[command(name = "memtrack-benches")]
 struct Cli {
-    /// `--quick`: [`Settings::quick`].
+    /// Small loops and few runs (a smoke run: seconds).
+    #[arg(long)]
     quick: bool,
-    /// `--json FILE`.
+    /// Also write every sample as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// The sections to run (`--only`, default all).
-    only: Vec<String>,
+    /// Run only these sections (comma-separated; default: all).
+    #[arg(long, value_delimiter = ',', value_name = "SECTION")]
+    only: Vec<Section>,
 }
 
-/// Parses the arguments; `Err("")` asks for the usage text alone.
-fn parse_cli() -> Result<Cli, String> {
-    let mut cli = Cli {
-        quick: false,
-        json: None,
-        only: SECTIONS.iter().map(|s| s.to_string()).collect(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--quick" => cli.quick = true,
-            "--json" => {
-                cli.json = Some(args.next().ok_or("--json needs a file name")?.into());
-            }
-            "--only" => {
-                let list = args.next().ok_or("--only needs a list of sections")?;
-                cli.only = list.split(',').map(str::to_string).collect();
-                if let Some(bad) = cli.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
-                    return Err(format!("unknown section {bad:?}"));
-                }
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+impl Cli {
+    /// Whether `section` is to run.
+    fn wants(&self, section: Section) -> bool {
+        self.only.is_empty() || self.only.contains(&section)
     }
-    Ok(cli)
-}
-
-/// The UTC date of `unix_secs` as YYYY-MM-DD (proleptic Gregorian calendar).
-fn utc_date(unix_secs: u64) -> String {
-    // Shift the epoch to 0000-03-01 so leap days fall at the end of a 400-year era.
-    let days = (unix_secs / 86_400) as i64 + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153; // 0 = March
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
 }
 
 /// The 1-minute load average.
@@ -160,12 +128,8 @@ fn machine(load_at_start: f64) -> Machine {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown libc".into());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
     Machine {
-        date: utc_date(now),
+        date: time::OffsetDateTime::now_utc().date().to_string(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu_model,
         arch: std::env::consts::ARCH,
@@ -184,33 +148,32 @@ fn run(cli: &Cli) -> BenchResult<Report> {
         Settings::full()
     };
     let load_at_start = load_average();
-    let wants = |section: &str| cli.only.iter().any(|s| s == section);
     eprintln!("compiling the workloads");
     let mut session = Session::new(settings.clone(), Programs::build()?);
     // The in-process trackers first: a spawned tracker that is dropped rather than
     // closed (--quick) leaves detaching work that a later close() would wait for.
-    let isolation = if wants("isolation") {
+    let isolation = if cli.wants(Section::Isolation) {
         eprintln!("5. an unrelated process beside a tracker");
         Some(isolation::run(&mut session)?)
     } else {
         None
     };
-    let lifecycle = if wants("lifecycle") {
+    let lifecycle = if cli.wants(Section::Lifecycle) {
         eprintln!("4. in-process tracker latency");
         lifecycle::in_process(&mut session)?
     } else {
         Vec::new()
     };
     let mut operations = Vec::new();
-    if wants("pairs") {
+    if cli.wants(Section::Pairs) {
         eprintln!("1. malloc+free pairs: untracked, Cheapest, FunctionEntry");
         operations.extend(probe_cost::malloc_free(&mut session)?);
     }
-    if wants("functions") {
+    if cli.wants(Section::Functions) {
         eprintln!("2. calloc, realloc, posix_memalign, C++ new/delete");
         operations.extend(probe_cost::functions(&mut session)?);
     }
-    let threads = if wants("threads") {
+    let threads = if cli.wants(Section::Threads) {
         eprintln!("3. threads");
         Some(threads::run(&mut session)?)
     } else {
@@ -237,16 +200,8 @@ fn run(cli: &Cli) -> BenchResult<Report> {
 
 /// Prints the report; exit 1 on errors or inexact counts, 2 on usage errors.
 fn main() -> ExitCode {
-    let cli = match parse_cli() {
-        Ok(cli) => cli,
-        Err(message) => {
-            if !message.is_empty() {
-                eprintln!("memtrack-benches: {message}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // Usage errors exit with 2 (clap's convention), --help with 0.
+    let cli = <Cli as clap::Parser>::parse();
     let report = match run(&cli) {
         Ok(report) => report,
         Err(e) => {
@@ -270,13 +225,20 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
     #[test]
-    fn utc_dates() {
-        assert_eq!(utc_date(0), "1970-01-01");
-        assert_eq!(utc_date(951_782_400), "2000-02-29");
-        assert_eq!(utc_date(1_709_251_199), "2024-02-29");
-        assert_eq!(utc_date(1_735_689_600), "2025-01-01");
+    fn sections_parse() {
+        let cli = Cli::try_parse_from(["b", "--only", "pairs,threads"]).unwrap();
+        assert!(cli.wants(Section::Pairs) && cli.wants(Section::Threads));
+        assert!(!cli.wants(Section::Isolation));
+        assert!(
+            Cli::try_parse_from(["b"])
+                .unwrap()
+                .wants(Section::Lifecycle)
+        );
+        assert!(Cli::try_parse_from(["b", "--only", "nope"]).is_err());
     }
 }

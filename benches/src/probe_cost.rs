@@ -37,6 +37,8 @@ pub struct OpRow {
     pub cheapest: PerOp,
     /// Tracked with `ProbePlacement::FunctionEntry`, when measured.
     pub function_entry: Option<PerOp>,
+    /// Cheapest probes attached but counting off, when measured.
+    pub counting_off: Option<PerOp>,
 }
 
 /// An `alloc_loops MODE OPS` workload.
@@ -91,6 +93,7 @@ fn measure(
             untracked: PerOp::default(),
             cheapest: PerOp::default(),
             function_entry: function_entry.then(PerOp::default),
+            counting_off: None,
         })
         .collect();
     for round in 0..rounds {
@@ -132,6 +135,19 @@ pub fn malloc_free(session: &mut Session) -> BenchResult<Vec<OpRow>> {
         &[("malloc+free pair", "ns_per_op")],
         true,
     )?;
+    // The same probes with counting off: what the traps and the return probe cost
+    // without the BPF programs' accounting (e.g. outside `memtrack run` regions).
+    let mut off = PerOp::default();
+    for run in 0..session.settings.tracked_runs {
+        eprintln!(
+            "  malloc+free, counting off: run {}/{}",
+            run + 1,
+            session.settings.tracked_runs
+        );
+        let out = session.tracked_counting_off(&pair)?;
+        record(&mut off, &out, "ns_per_op")?;
+    }
+    rows[0].counting_off = Some(off);
     let n = session.settings.split_ops;
     if n == 0 {
         return Ok(rows);

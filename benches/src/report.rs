@@ -237,12 +237,53 @@ impl Report {
             }
         );
         self.operations_md(&mut out);
+        self.counting_off_md(&mut out);
         self.threads_md(&mut out);
         self.checks_md(&mut out);
         self.probe_sites_md(&mut out);
         self.lifecycle_md(&mut out);
         self.isolation_md(&mut out);
         out
+    }
+
+    /// Benchmark 1, counting off: the probes' cost without the accounting.
+    fn counting_off_md(&self, out: &mut String) {
+        let Some((row, off)) = self
+            .operations
+            .iter()
+            .find_map(|r| Some((r, r.counting_off.as_ref()?)))
+        else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "### {} with the Cheapest probes attached but counting off \
+             (`start_enabled(false)`), ns, best of runs (median in brackets)\n",
+            row.name
+        );
+        let _ = writeln!(out, "| setup | wall | CPU | runs |\n|---|--:|--:|--:|");
+        for (name, p) in [
+            ("untracked", &row.untracked),
+            ("Cheapest, counting", &row.cheapest),
+            ("Cheapest, counting off", off),
+        ] {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {} |",
+                best_and_median(&p.wall),
+                best_and_median(&p.cpu),
+                p.wall.len()
+            );
+        }
+        let share = |p: &PerOp| {
+            (p.wall.min() - row.untracked.wall.min())
+                / (row.cheapest.wall.min() - row.untracked.wall.min())
+        };
+        let _ = writeln!(
+            out,
+            "| counting off / counting, probe cost only (untracked subtracted) | {:.0}% | | |\n",
+            100.0 * share(off)
+        );
     }
 
     /// Benchmarks 1 and 2: one table per clock.
@@ -565,6 +606,10 @@ impl Report {
                     (
                         "function_entry_ns",
                         row.function_entry.as_ref().map_or(Json::Null, per_op),
+                    ),
+                    (
+                        "counting_off_ns",
+                        row.counting_off.as_ref().map_or(Json::Null, per_op),
                     ),
                     ("ratios_of_best_wall", ratios(|p| &p.wall)),
                     ("ratios_of_best_cpu", ratios(|p| &p.cpu)),

@@ -99,6 +99,7 @@ impl Session {
             ProbePlacement::Cheapest,
             &self.programs.stdout_file(),
             self.settings.close_spawned,
+            true,
         )?;
         if run.stats.lost_events != 0 || run.unattributed_lost_events != 0 {
             return Err(format!("the baseline run of {} lost events", workload.name).into());
@@ -107,6 +108,26 @@ impl Session {
         let counts = Counts::of(&run.stats);
         self.baselines.insert(key, counts);
         Ok(counts)
+    }
+
+    /// Runs the workload under a spawned tracker whose counting stays off (probes
+    /// attached, programs returning at once), checks that it counted nothing, and
+    /// returns the program's output.
+    pub fn tracked_counting_off(&mut self, workload: &Workload) -> BenchResult<Output> {
+        let run = workload::run_tracked(
+            &workload.program,
+            &workload.args,
+            ProbePlacement::Cheapest,
+            &self.programs.stdout_file(),
+            self.settings.close_spawned,
+            false,
+        )?;
+        self.spawn_phases.push(run.phases);
+        let s = &run.stats;
+        if s.alloc_calls + s.free_calls + s.failed_allocs + s.unmatched_frees + s.lost_events != 0 {
+            return Err(format!("{} counted while counting was off: {s:?}", workload.name).into());
+        }
+        Ok(run.output)
     }
 
     /// Runs the workload under a spawned tracker with `placement`, records its count
@@ -123,6 +144,7 @@ impl Session {
             placement,
             &self.programs.stdout_file(),
             self.settings.close_spawned,
+            true,
         )?;
         self.spawn_phases.push(run.phases);
         for probe in &run.probes {

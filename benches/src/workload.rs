@@ -179,7 +179,8 @@ fn since(start_ns: u64, end_ns: f64) -> Duration {
 }
 
 /// Runs `program args` under a tracker with `placement`, counting from its first
-/// instruction; its stdout goes to the file `stdout_path` (overwritten). With `close`
+/// instruction (or, without `counting`, with the probes attached but counting off
+/// throughout); its stdout goes to the file `stdout_path` (overwritten). With `close`
 /// the tracker ends with `Tracker::close()`, else with a plain drop.
 pub fn run_tracked(
     program: &Path,
@@ -187,6 +188,7 @@ pub fn run_tracked(
     placement: ProbePlacement,
     stdout_path: &Path,
     close: bool,
+    counting: bool,
 ) -> BenchResult<TrackedRun> {
     let stdout = std::fs::File::create(stdout_path)
         .map_err(|e| format!("cannot create {}: {e}", stdout_path.display()))?;
@@ -194,6 +196,7 @@ pub fn run_tracked(
     let before_spawn = Instant::now();
     let tracker = Tracker::builder()
         .probe_placement(placement)
+        .start_enabled(counting)
         .spawn(
             CommandSpec::new(program)
                 .args(args)
