@@ -226,3 +226,120 @@ fn attach_to_a_running_process() {
         |child| Tracker::builder().attach_pid(child.id()).unwrap(),
     );
 }
+
+/// [`require_privileges`], and root itself (chroot and mount need it): otherwise says
+/// so and returns false.
+fn root_and_privileges(test: &str) -> bool {
+    if !require_privileges(test) {
+        return false;
+    }
+    if !memtrack_test_support::is_root() {
+        eprintln!("SKIPPED {test}: chroot and mount need root");
+        return false;
+    }
+    true
+}
+
+/// Copies the libraries `exe` loads (by the paths `ldd` gives) below `root`.
+fn copy_libraries(exe: &std::path::Path, root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let ldd = std::process::Command::new("ldd").arg(exe).output().unwrap();
+    assert!(ldd.status.success());
+    let libs: Vec<std::path::PathBuf> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(std::path::PathBuf::from)
+        .collect();
+    assert!(
+        libs.iter().any(|l| l.to_string_lossy().contains("libc.so")),
+        "{libs:?}"
+    );
+    for lib in &libs {
+        let dst = root.join(lib.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(lib, &dst).unwrap();
+    }
+    libs
+}
+
+/// The one tracked process running `exe` at the end, checked against `name`'s expected
+/// numbers; returns it.
+fn check_final_image(tracker: &Tracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
+    let processes = tracker.collect_processes().unwrap();
+    let process = processes
+        .iter()
+        .find(|p| p.command.first().is_some_and(|c| c == exe))
+        .unwrap_or_else(|| panic!("no process ran {exe}: {processes:#?}"))
+        .clone();
+    let spec = &expected()["fixtures"][name];
+    let differences = diff(&process.stats, &spec["processes"]["main"]);
+    assert!(
+        differences.is_empty(),
+        "{differences:#?}\n{:#?}",
+        process.stats
+    );
+    process
+}
+
+/// A chrooted process (another root directory): the kernel prints its mapped files with
+/// their full paths as seen from here. Its libraries are copies inside the new root
+/// (other files than the host's at the same relative paths), so probing the host's
+/// would count nothing.
+#[test]
+fn a_chrooted_process_is_probed_in_its_own_root() {
+    if !root_and_privileges("a_chrooted_process_is_probed_in_its_own_root") {
+        return;
+    }
+    let name = "malloc_free";
+    let root = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture(name), root.path().join(name)).unwrap();
+    copy_libraries(&fixture(name), root.path());
+    let inside = format!("/{name}");
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new("chroot").args([root.path().as_os_str(), inside.as_ref()]))
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    check_final_image(&tracker, &inside, name);
+}
+
+/// A process in another mount namespace (as in a container) where libc's path names a
+/// different file than here (a copy bind-mounted over it): its maps show paths of its
+/// namespace, so memtrack reads and probes the file through `/proc/PID/root`.
+#[test]
+fn a_process_in_another_mount_namespace_is_probed_there() {
+    if !root_and_privileges("a_process_in_another_mount_namespace_is_probed_there") {
+        return;
+    }
+    let name = "malloc_free";
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(name);
+    let libs = copy_libraries(&exe, dir.path());
+    let libc = libs
+        .iter()
+        .find(|l| l.to_string_lossy().contains("libc.so"))
+        .unwrap();
+    let copy = dir.path().join(libc.strip_prefix("/").unwrap());
+    let script = format!(
+        "mount --bind '{}' '{}' && exec '{}'",
+        copy.display(),
+        std::fs::canonicalize(libc).unwrap().display(),
+        exe.display()
+    );
+    let tracker = Tracker::builder()
+        .spawn(
+            CommandSpec::new("unshare")
+                .args(["--mount", "--propagation", "private", "sh", "-c"])
+                .args([script.as_str()]),
+        )
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let process = check_final_image(&tracker, &exe.to_string_lossy(), name);
+    let below_root = format!("/proc/{}/root/", process.pid);
+    assert!(
+        process
+            .probes
+            .iter()
+            .any(|p| p.object.to_string_lossy().starts_with(&below_root)),
+        "{:#?}",
+        process.probes
+    );
+}

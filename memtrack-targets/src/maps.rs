@@ -231,15 +231,61 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, Error> {
 
 /// Every line of `/proc/PID/maps`, parsed; [`Error::ProcessGone`] if the process does
 /// not exist (any more).
+///
+/// File paths are made to name the mapped files from *this* process. The kernel prints
+/// them from the reader's root where it can (a chrooted process's files show with their
+/// full path here), but a file mounted only in another mount namespace (a container)
+/// shows with its path in that namespace, which here names another file or none. When
+/// a path does not name the mapped inode here, the path below `/proc/PID/root` (the
+/// process's root, in its own mount namespace), through which memtrack reads and probes
+/// the right file, is used instead if it does.
 pub fn read_maps(pid: u32) -> Result<Vec<MapsLine>, Error> {
     let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
     match std::fs::read(&maps_path) {
-        Ok(text) => Ok(parse_maps_bytes(&text)),
+        Ok(text) => {
+            let mut lines = parse_maps_bytes(&text);
+            reach_through_root(&mut lines, &PathBuf::from(format!("/proc/{pid}/root")));
+            Ok(lines)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::ProcessGone { pid }),
         // Reading the maps of a process that exits meanwhile can fail with ESRCH.
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(Error::ProcessGone { pid }),
         Err(e) => Err(Error::io(maps_path, e)),
     }
+}
+
+/// Rewrites the file paths of `lines` that do not name their mapped inode here but do
+/// below `root` (see [`read_maps`]).
+fn reach_through_root(lines: &mut [MapsLine], root: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let inode_of = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| m.ino());
+    let mut decided: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for line in lines.iter_mut() {
+        let MappingKind::File {
+            path,
+            deleted: false,
+        } = &mut line.kind
+        else {
+            continue;
+        };
+        if let Some((_, to)) = decided.iter().find(|(from, _)| from == path) {
+            *path = to.clone();
+            continue;
+        }
+        let original = path.clone();
+        if inode_of(path) != Some(line.inode) {
+            let below = under_root(root, path);
+            if inode_of(&below) == Some(line.inode) {
+                *path = below;
+            }
+        }
+        decided.push((original, path.clone()));
+    }
+}
+
+/// `path` (absolute, in a process's view) below `root`.
+fn under_root(root: &std::path::Path, path: &std::path::Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
 /// The selection of [`mapped_objects`] over parsed lines; `keep_file` says
@@ -284,6 +330,19 @@ fn is_elf_or_unreadable(path: &std::path::Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn paths_go_below_a_foreign_root() {
+        let root = std::path::Path::new("/proc/42/root");
+        assert_eq!(
+            super::under_root(root, std::path::Path::new("/usr/lib/libc.so.6")),
+            std::path::Path::new("/proc/42/root/usr/lib/libc.so.6")
+        );
+        // This process's paths name its files: nothing is rewritten.
+        let lines = super::read_maps(std::process::id()).unwrap();
+        assert!(lines.iter().all(|l| !matches!(&l.kind,
+            super::MappingKind::File { path, .. } if path.starts_with("/proc/"))));
+    }
+
     use super::*;
 
     const SAMPLE: &str = "\
