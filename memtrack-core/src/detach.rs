@@ -79,17 +79,7 @@ extern "C" fn wait_at_exit() {
     if CLOSER_PID.load(Ordering::SeqCst) != std::process::id() {
         return;
     }
-    // CLOSER is initialised: this handler is registered from its initialiser.
-    if let Some(tx) = CLOSER.as_ref() {
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let flush = Batch {
-            links: Vec::new(),
-            done: Some(done_tx),
-        };
-        if tx.send(flush).is_ok() {
-            let _ = done_rx.recv_timeout(EXIT_WAIT);
-        }
-    }
+    close_and_wait(Vec::new(), Some(EXIT_WAIT));
 }
 
 /// At most this many threads close links at once.
@@ -132,6 +122,13 @@ pub(crate) fn close_later(links: Vec<Detachable>) {
 
 /// Closes `links` and waits until every batch handed over before them is closed too.
 pub(crate) fn close_now(links: Vec<Detachable>) {
+    close_and_wait(links, None);
+}
+
+/// Hands `links` to the closing thread and waits (at most `limit`, if given) until they
+/// and every batch handed over before them are closed; without the thread, closes them
+/// here.
+fn close_and_wait(links: Vec<Detachable>, limit: Option<Duration>) {
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
     let batch = Batch {
         links,
@@ -140,7 +137,10 @@ pub(crate) fn close_now(links: Vec<Detachable>) {
     match CLOSER.as_ref() {
         Some(tx) => match tx.send(batch) {
             Ok(()) => {
-                let _ = done_rx.recv();
+                let _ = match limit {
+                    Some(limit) => done_rx.recv_timeout(limit).ok(),
+                    None => done_rx.recv().ok(),
+                };
             }
             Err(e) => drop(e.into_inner()),
         },

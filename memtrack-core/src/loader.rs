@@ -15,8 +15,7 @@ use aya::{
     maps::{Array, HashMap, MapData},
     programs::{
         RawTracePoint, UProbe,
-        raw_trace_point::RawTracePointLinkId,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
 use memtrack_common::{LiveKey, PidStats, TrackState, global};
@@ -24,6 +23,7 @@ use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    detach::Detachable,
     error::{Error, Result},
     privileges,
 };
@@ -103,17 +103,6 @@ pub struct ProbeInfo {
     pub return_offset: u64,
 }
 
-/// One attached uprobe link.
-enum Link {
-    /// A uprobe_multi link: every site of one program in one file (Linux 6.6+).
-    Multi(OwnedFd),
-    /// A perf-event link made by aya: one site (older kernels).
-    Perf {
-        program: &'static str,
-        id: UProbeLinkId,
-    },
-}
-
 /// How uprobes are attached.
 enum UprobeMode {
     /// The uprobe programs, loaded by `uprobe_multi` for its links, by name.
@@ -125,7 +114,9 @@ enum UprobeMode {
 /// Probes attached for one process.
 #[derive(Default)]
 struct ProcessLinks {
-    links: Vec<Link>,
+    /// Owned links (uprobe_multi link fds, or aya's perf-event links taken out of their
+    /// program): dropping one detaches it.
+    links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
 }
 
@@ -137,7 +128,8 @@ pub(crate) struct Engine {
     live: HashMap<MapData, LiveKey, u64>,
     global: Array<MapData, u64>,
     processes: BTreeMap<u32, ProcessLinks>,
-    syscall_links: Vec<(&'static str, RawTracePointLinkId)>,
+    /// The syscall counter's link, owned like the uprobe links (None: not counted).
+    syscall_link: Option<Detachable>,
     mode: UprobeMode,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
@@ -203,7 +195,7 @@ impl Engine {
             .map_err(|e| Error::Load(Box::new(e)))?;
         let mode = load_uprobe_programs(&mut ebpf, links)?;
 
-        let mut syscall_links = Vec::new();
+        let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
             let (name, tracepoint) = SYSCALL_PROGRAM;
             let program: &mut RawTracePoint = ebpf
@@ -212,7 +204,8 @@ impl Engine {
                 .try_into()
                 .map_err(program_err(name))?;
             program.load().map_err(program_err(name))?;
-            syscall_links.push((name, program.attach(tracepoint).map_err(program_err(name))?));
+            let id = program.attach(tracepoint).map_err(program_err(name))?;
+            syscall_link = Some(Box::new(program.take_link(id).map_err(program_err(name))?));
         }
 
         let tracked = take_map(&mut ebpf, "TRACKED")?;
@@ -226,7 +219,7 @@ impl Engine {
             live,
             global,
             processes: BTreeMap::new(),
-            syscall_links,
+            syscall_link,
             mode,
             placement,
             sites: std::collections::HashMap::new(),
@@ -337,29 +330,7 @@ impl Engine {
         let Some(links) = self.processes.remove(&pid) else {
             return;
         };
-        let taken = self.take_links(links.links);
-        crate::detach::close_later(taken);
-    }
-
-    fn take_links(&mut self, links: Vec<Link>) -> Vec<crate::detach::Detachable> {
-        let mut taken: Vec<crate::detach::Detachable> = Vec::with_capacity(links.len());
-        for link in links {
-            match link {
-                Link::Multi(fd) => taken.push(Box::new(fd)),
-                Link::Perf { program, id } => {
-                    if let Some(program) = self.ebpf.program_mut(program) {
-                        let program: Result<&mut UProbe, _> = program.try_into();
-                        // A link that cannot be taken is already gone.
-                        if let Ok(program) = program
-                            && let Ok(link) = program.take_link(id)
-                        {
-                            taken.push(Box::new(link));
-                        }
-                    }
-                }
-            }
-        }
-        taken
+        crate::detach::close_later(links.links);
     }
 
     /// Sets whether (and which threads of) `pid` are counted.
@@ -434,27 +405,16 @@ impl Engine {
 
 impl Engine {
     /// Stops counting everywhere and takes every link out, for closing.
-    fn take_all_links(&mut self) -> Vec<crate::detach::Detachable> {
+    fn take_all_links(&mut self) -> Vec<Detachable> {
         let pids: Vec<u32> = self.processes.keys().copied().collect();
         for pid in pids {
             let _ = self.tracked.remove(&pid);
         }
-        let all: Vec<Link> = std::mem::take(&mut self.processes)
+        std::mem::take(&mut self.processes)
             .into_values()
             .flat_map(|p| p.links)
-            .collect();
-        let mut taken = self.take_links(all);
-        for (program, id) in std::mem::take(&mut self.syscall_links) {
-            if let Some(p) = self.ebpf.program_mut(program) {
-                let p: Result<&mut RawTracePoint, _> = p.try_into();
-                if let Ok(p) = p
-                    && let Ok(link) = p.take_link(id)
-                {
-                    taken.push(Box::new(link));
-                }
-            }
-        }
-        taken
+            .chain(self.syscall_link.take())
+            .collect()
     }
 
     /// Detaches every probe and waits until the kernel is done (see `detach`).
@@ -516,7 +476,7 @@ fn attach_multi(
     programs: &std::collections::HashMap<&'static str, OwnedFd>,
     pid: u32,
     planned: &[(&ProbeTarget, Site)],
-) -> Result<Vec<Link>> {
+) -> Result<Vec<Detachable>> {
     let mut groups: BTreeMap<(&Path, &'static str), MultiSites> = BTreeMap::new();
     for (target, site) in planned {
         let cookie = cookie_of(target, site);
@@ -529,7 +489,7 @@ fn attach_multi(
             ret.1.push(cookie);
         }
     }
-    let mut links = Vec::with_capacity(groups.len());
+    let mut links: Vec<Detachable> = Vec::with_capacity(groups.len());
     for ((object, program), (offsets, cookies)) in groups {
         let fd = programs
             .get(program)
@@ -554,7 +514,7 @@ fn attach_multi(
                 source: Box::new(source),
             }
         })?;
-        links.push(Link::Multi(link));
+        links.push(Box::new(link));
     }
     Ok(links)
 }
@@ -565,8 +525,8 @@ fn attach_perf(
     pid: u32,
     scope_pid: NonZeroU32,
     planned: &[(&ProbeTarget, Site)],
-) -> Result<Vec<Link>> {
-    let mut links = Vec::new();
+) -> Result<Vec<Detachable>> {
+    let mut links: Vec<Detachable> = Vec::new();
     for (target, site) in planned {
         let cookie = cookie_of(target, site);
         let mut sites = vec![(ENTRY_PROGRAM, site.entry_offset)];
@@ -596,7 +556,7 @@ fn attach_perf(
                     pid,
                     source: Box::new(source),
                 })?;
-            links.push(Link::Perf { program, id });
+            links.push(Box::new(prog.take_link(id).map_err(program_err(program))?));
         }
     }
     Ok(links)

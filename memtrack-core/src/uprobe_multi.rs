@@ -85,26 +85,17 @@ pub(crate) fn load_programs(
         source: Box::new(io::Error::other(format!("{what}: {e}"))),
     };
     let mut obj = aya_obj::Object::parse(object).map_err(|e| parse_err("parsing", &e))?;
-    let mut fds: Vec<(&str, RawFd, &aya_obj::Map)> = Vec::new();
+    // relocate_maps borrows the map definitions while it mutates `obj`: it gets copies.
+    let mut defs: Vec<(&str, RawFd, aya_obj::Map)> = Vec::new();
     for (name, map) in ebpf.maps() {
         let fd = map_fd(map).ok_or_else(|| parse_err("unexpected map type", &name))?;
-        let Some(def) = obj.maps.get(name) else {
-            continue;
-        };
-        fds.push((name, fd.as_raw_fd(), def));
+        if let Some(def) = obj.maps.get(name) {
+            defs.push((name, fd.as_raw_fd(), def.clone()));
+        }
     }
-    // relocate_maps borrows the map definitions from `obj` while mutating it: give it
-    // its own copies.
-    let defs: Vec<(String, RawFd, aya_obj::Map)> = fds
-        .into_iter()
-        .map(|(n, fd, m)| (n.to_string(), fd, m.clone()))
-        .collect();
     let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-    obj.relocate_maps(
-        defs.iter().map(|(n, fd, m)| (n.as_str(), *fd, m)),
-        &text_sections,
-    )
-    .map_err(|e| parse_err("relocating maps", &e))?;
+    obj.relocate_maps(defs.iter().map(|(n, fd, m)| (*n, *fd, m)), &text_sections)
+        .map_err(|e| parse_err("relocating maps", &e))?;
     obj.relocate_calls(&text_sections)
         .map_err(|e| parse_err("relocating calls", &e))?;
 
@@ -158,15 +149,8 @@ fn load_one(name: &str, insns: &[bpf_insn]) -> io::Result<OwnedFd> {
                 Err(_) => {
                     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                     let text = String::from_utf8_lossy(&log[..end]);
-                    let tail: String = text
-                        .lines()
-                        .rev()
-                        .take(20)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect::<Vec<_>>()
-                        .join("\n");
+                    let lines: Vec<&str> = text.lines().collect();
+                    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
                     Err(io::Error::new(
                         first.kind(),
                         format!("{first}; verifier log (end):\n{tail}"),

@@ -80,7 +80,7 @@ fn counted_outermost(c: &Call, count_depth: bool) -> Option<*mut PidStats> {
 
 /// Entry of every allocating function but the realloc family.
 #[inline(always)]
-fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
+fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> u32 {
     let Some(stats) = counted_outermost(c, true) else {
         return 0;
     };
@@ -88,7 +88,7 @@ fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
     let pending = Pending {
         depth: 1,
         func: c.func,
-        kind: k,
+        kind: c.kind,
         _pad: 0,
         size,
         ptr,
@@ -103,7 +103,7 @@ fn alloc_entry(c: &Call, k: u32, size: u64, ptr: u64, flags: u64) -> u32 {
 /// Entry of the realloc family: the old block leaves the live map now (see
 /// `memtrack_common::Pending::old_size`) and comes back if the call fails.
 #[inline(always)]
-fn realloc_entry(c: &Call, k: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
+fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
     let Some(stats) = counted_outermost(c, true) else {
         return 0;
     };
@@ -112,7 +112,7 @@ fn realloc_entry(c: &Call, k: u32, ptr: u64, size: u64, overflow: bool) -> u32 {
     let mut pending = Pending {
         depth: 1,
         func: c.func,
-        kind: k,
+        kind: c.kind,
         _pad: 0,
         size,
         ptr,
@@ -223,21 +223,19 @@ pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
     let c = call(&ctx);
     match c.kind {
         kind::FREE => free_entry(&ctx, &c),
-        kind::SIZE_FIRST => alloc_entry(&c, kind::SIZE_FIRST, arg(&ctx, 0), 0, 0),
-        kind::SIZE_SECOND => alloc_entry(&c, kind::SIZE_SECOND, arg(&ctx, 1), 0, 0),
+        kind::SIZE_FIRST => alloc_entry(&c, arg(&ctx, 0), 0, 0),
+        kind::SIZE_SECOND => alloc_entry(&c, arg(&ctx, 1), 0, 0),
         kind::CALLOC => {
             let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
             let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
-            alloc_entry(&c, kind::CALLOC, size, 0, flags)
+            alloc_entry(&c, size, 0, flags)
         }
-        kind::REALLOC => realloc_entry(&c, kind::REALLOC, arg(&ctx, 0), arg(&ctx, 1), false),
+        kind::REALLOC => realloc_entry(&c, arg(&ctx, 0), arg(&ctx, 1), false),
         kind::REALLOCARRAY => {
             let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
-            realloc_entry(&c, kind::REALLOCARRAY, arg(&ctx, 0), size, overflow)
+            realloc_entry(&c, arg(&ctx, 0), size, overflow)
         }
-        kind::POSIX_MEMALIGN => {
-            alloc_entry(&c, kind::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0), 0)
-        }
+        kind::POSIX_MEMALIGN => alloc_entry(&c, arg(&ctx, 2), arg(&ctx, 0), 0),
         _ => 0,
     }
 }
