@@ -5,7 +5,9 @@
 //! then compares exact, zero-variance samples with the saved baseline) still completes;
 //! without privileges and without the runner it says so in one line and runs for timing.
 
-use memtrack_test_support::{copy_for_nobody, require_privileges};
+use memtrack_test_support::{
+    can_run_unprivileged, copy_for_nobody, require_privileges, unprivileged,
+};
 use std::{
     os::unix::fs::PermissionsExt,
     path::Path,
@@ -196,14 +198,7 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
 
 #[test]
 fn without_privileges_it_says_so_once_and_times_the_benchmarks() {
-    let root = memtrack_test_support::is_root();
-    if !root && memtrack::can_track() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED without_privileges (criterion): has CAP_BPF/CAP_PERFMON but is not \
-             root, so cannot become user nobody"
-        );
+    if !can_run_unprivileged("without_privileges (criterion)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -211,19 +206,7 @@ fn without_privileges_it_says_so_once_and_times_the_benchmarks() {
     let writable = dir.path().join("out");
     std::fs::create_dir(&writable).unwrap();
     std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut command = if root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(&bin);
-        c
-    } else {
-        Command::new(&bin)
-    };
+    let mut command = unprivileged(&bin);
     let output = command
         .env("CRITERION_HOME", writable.join("criterion"))
         .env("MEMTRACK_OUTPUT_DIR", writable.join("memtrack"))

@@ -5,7 +5,9 @@
 //! region; without privileges and without the runner it says so in one line and divan
 //! still runs.
 
-use memtrack_test_support::{copy_for_nobody, require_privileges};
+use memtrack_test_support::{
+    can_run_unprivileged, copy_for_nobody, require_privileges, unprivileged,
+};
 use std::{
     path::Path,
     process::{Command, Output},
@@ -157,31 +159,12 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
 
 #[test]
 fn without_privileges_divan_says_so_once_and_still_runs() {
-    let root = memtrack_test_support::is_root();
-    if !root && memtrack::can_track() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED without_privileges (divan): has CAP_BPF/CAP_PERFMON but is not root, \
-             so cannot become user nobody"
-        );
+    if !can_run_unprivileged("without_privileges (divan)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = copy_for_nobody(Path::new(BIN), dir.path());
-    let mut command = if root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(&bin);
-        c
-    } else {
-        Command::new(&bin)
-    };
+    let mut command = unprivileged(&bin);
     let output = command
         .args(ARGS)
         .env("MEMTRACK_OUTPUT_DIR", dir.path().join("memtrack"))

@@ -44,6 +44,15 @@ fn open_control(dir: &Path) -> File {
         .unwrap()
 }
 
+/// The ack FIFO, opened for reading without blocking (replies are polled).
+fn open_ack(dir: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(dir.join(fifo_protocol::ACK_FIFO_NAME))
+        .unwrap()
+}
+
 /// Bytes waiting in a FIFO, without reading them.
 fn queued(fifo: &File) -> usize {
     let mut n: libc::c_int = 0;
@@ -248,11 +257,7 @@ fn after_garbage_the_runner_reads_in_step_again() {
     let dir = runner.dir().to_owned();
     let serving = runner.spawn(SharedHandling).unwrap();
     let control = open_control(&dir);
-    let mut ack = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(dir.join(fifo_protocol::ACK_FIFO_NAME))
-        .unwrap();
+    let mut ack = open_ack(&dir);
 
     let ping = encode_frame(&Command::Ping).unwrap();
     // Nothing buffered can start a Sync frame: dropped at once.
@@ -281,11 +286,7 @@ fn a_sync_frame_cut_across_writes_is_waited_for() {
     let dir = runner.dir().to_owned();
     let serving = runner.spawn(SharedHandling).unwrap();
     let control = open_control(&dir);
-    let mut ack = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(dir.join(fifo_protocol::ACK_FIFO_NAME))
-        .unwrap();
+    let mut ack = open_ack(&dir);
     let nonce = 0x0123_4567_89ab_cdef;
     let sync = encode_frame(&Command::Sync { nonce }).unwrap();
     let ping = encode_frame(&Command::Ping).unwrap();
@@ -464,11 +465,7 @@ fn run_case(
 ) -> (Vec<Reply>, fifo_protocol::MarkerResult) {
     let (runner, _log) = runner();
     let dir = runner.dir().to_owned();
-    let mut ack = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(dir.join(fifo_protocol::ACK_FIFO_NAME))
-        .unwrap();
+    let mut ack = open_ack(&dir);
     let serving = runner.spawn(SharedHandling).unwrap();
     let mut control = OpenOptions::new()
         .write(true)

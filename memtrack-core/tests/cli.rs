@@ -51,6 +51,28 @@ impl Run {
         out.stdout
     }
 
+    /// `memtrack report OPTIONS DIR`: asserts that it exited 0 and returns its stdout.
+    fn report(&self, options: &[&str]) -> Vec<u8> {
+        let out = memtrack()
+            .arg("report")
+            .args(options)
+            .arg(self.dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// `memtrack report --json DIR`, parsed.
+    fn report_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.report(&["--json"])).unwrap()
+    }
+
     /// The result files written to DIR.
     fn results(&self) -> Vec<memtrack::MemtrackResult> {
         memtrack::MemtrackResult::read_dir(self.dir.path()).unwrap()
@@ -79,15 +101,7 @@ fn json_report_has_processes_with_exact_stats() {
     }
     assert_eq!(json["benchmarks"], serde_json::json!([]));
     // `memtrack report` prints the same from the files.
-    let report = memtrack()
-        .arg("report")
-        .arg(run.dir.path())
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert_eq!(report.status.code(), Some(0));
-    let again: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert_eq!(again, json);
+    assert_eq!(run.report_json(), json);
     assert!(run.dir.path().join("MarkerResult.msgpack").exists());
 }
 
@@ -245,22 +259,11 @@ fn probes_are_listed_on_request() {
             "{line}"
         );
     }
-    let again = memtrack()
-        .args(["report", "--probes"])
-        .arg(run.dir.path())
-        .output()
-        .unwrap();
-    assert!(again.status.success());
-    let again = String::from_utf8(again.stdout).unwrap();
+    let again = String::from_utf8(run.report(&["--probes"])).unwrap();
     for line in &probes {
         assert!(again.contains(line), "{line} missing from memtrack report");
     }
-    let json = memtrack()
-        .args(["report", "--json"])
-        .arg(run.dir.path())
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let json = run.report_json();
     assert_eq!(
         json["processes"][0]["probes"].as_array().map(Vec::len),
         Some(recorded.len())
@@ -311,12 +314,7 @@ fn no_syscalls_says_not_counted() {
         results[0].stats.alloc_calls,
         want["alloc_calls"].as_u64().unwrap()
     );
-    let json = memtrack()
-        .args(["report", "--json"])
-        .arg(run.dir.path())
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let json = run.report_json();
     assert!(
         json["processes"][0]["stats"]["syscalls"].is_null(),
         "{json}"

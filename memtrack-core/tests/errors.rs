@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::{os::unix::fs::PermissionsExt, process::Command};
+use std::process::Command;
 
 use memtrack::{AllocatorStatus, CommandSpec, Error, Tracker};
 use support::require_privileges;
@@ -104,18 +104,8 @@ fn unprivileged_user_gets_the_capability_message() {
     }
     // nobody must be able to execute the binary: copy it somewhere world-readable.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.path().join("memtrack");
-    std::fs::copy(memtrack_bin(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(&bin)
+    let bin = memtrack_test_support::copy_for_nobody(memtrack_bin().as_ref(), dir.path());
+    let out = memtrack_test_support::as_nobody(&bin)
         .args(["run", "--", "true"])
         .output()
         .unwrap();

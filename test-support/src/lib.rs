@@ -65,6 +65,45 @@ pub fn compile_c(source: &Path, out_dir: &Path, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// `bin` as user `nobody` with no capabilities (`setpriv`; this process must be root).
+pub fn as_nobody(bin: &Path) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(bin);
+    command
+}
+
+/// Gate for tests that run something without memtrack's privileges ([`unprivileged`]):
+/// impossible for a process that has CAP_BPF/CAP_PERFMON but is not root (it can neither
+/// drop them for a child nor become `nobody`), which says so and gets false.
+pub fn can_run_unprivileged(test: &str) -> bool {
+    if is_root() || !memtrack::can_track() {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: has CAP_BPF/CAP_PERFMON but is not root, so cannot become user \
+         nobody"
+    );
+    false
+}
+
+/// `bin` without memtrack's privileges: [`as_nobody`] when this process is root, else
+/// `bin` itself (this process then has none to pass on).
+pub fn unprivileged(bin: &Path) -> Command {
+    if is_root() {
+        as_nobody(bin)
+    } else {
+        Command::new(bin)
+    }
+}
+
 /// Copies `bin` into `dir` so that user `nobody` can run it (the build directory may not
 /// be reachable for other users): the directory and the copy get mode 0755.
 pub fn copy_for_nobody(bin: &Path, dir: &Path) -> PathBuf {
