@@ -84,6 +84,27 @@ impl Session {
         workload::run_native(&workload.program, &workload.args)
     }
 
+    /// Runs the workload's program with `args` under a spawned tracker (see
+    /// [`workload::run_tracked`]) and keeps the tracker's latencies.
+    fn run(
+        &mut self,
+        workload: &Workload,
+        args: &[String],
+        placement: ProbePlacement,
+        counting: bool,
+    ) -> BenchResult<workload::TrackedRun> {
+        let run = workload::run_tracked(
+            &workload.program,
+            args,
+            placement,
+            &self.programs.stdout_file(),
+            self.settings.close_spawned,
+            counting,
+        )?;
+        self.spawn_phases.push(run.phases);
+        Ok(run)
+    }
+
     /// The counters of the workload's program doing everything but its loop (measured
     /// once per program and argument list, with the default placement: counts do not
     /// depend on placement, and the checks of both placements against one baseline
@@ -93,18 +114,15 @@ impl Session {
         if let Some(counts) = self.baselines.get(&key) {
             return Ok(*counts);
         }
-        let run = workload::run_tracked(
-            &workload.program,
+        let run = self.run(
+            workload,
             &workload.baseline_args,
             ProbePlacement::Cheapest,
-            &self.programs.stdout_file(),
-            self.settings.close_spawned,
             true,
         )?;
         if run.stats.lost_events != 0 || run.unattributed_lost_events != 0 {
             return Err(format!("the baseline run of {} lost events", workload.name).into());
         }
-        self.spawn_phases.push(run.phases);
         let counts = Counts::of(&run.stats);
         self.baselines.insert(key, counts);
         Ok(counts)
@@ -114,15 +132,7 @@ impl Session {
     /// attached, programs returning at once), checks that it counted nothing, and
     /// returns the program's output.
     pub fn tracked_counting_off(&mut self, workload: &Workload) -> BenchResult<Output> {
-        let run = workload::run_tracked(
-            &workload.program,
-            &workload.args,
-            ProbePlacement::Cheapest,
-            &self.programs.stdout_file(),
-            self.settings.close_spawned,
-            false,
-        )?;
-        self.spawn_phases.push(run.phases);
+        let run = self.run(workload, &workload.args, ProbePlacement::Cheapest, false)?;
         let s = &run.stats;
         if s.alloc_calls + s.free_calls + s.failed_allocs + s.unmatched_frees + s.lost_events != 0 {
             return Err(format!("{} counted while counting was off: {s:?}", workload.name).into());
@@ -138,15 +148,7 @@ impl Session {
         placement: ProbePlacement,
     ) -> BenchResult<Output> {
         let baseline = self.baseline(workload)?;
-        let run = workload::run_tracked(
-            &workload.program,
-            &workload.args,
-            placement,
-            &self.programs.stdout_file(),
-            self.settings.close_spawned,
-            true,
-        )?;
-        self.spawn_phases.push(run.phases);
+        let run = self.run(workload, &workload.args, placement, true)?;
         for probe in &run.probes {
             let called = run
                 .stats
