@@ -16,6 +16,19 @@ fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))
 }
 
+/// Runs `command` to the end, asserts that it exited 0 (showing its stderr otherwise)
+/// and returns its stdout.
+fn stdout_of_success(command: &mut Command) -> Vec<u8> {
+    let out = command.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// `memtrack run OPTIONS -o DIR -- COMMAND`, DIR a fresh temporary directory that lives
 /// as long as this value, so the results can be read back.
 struct Run {
@@ -41,31 +54,12 @@ impl Run {
     /// Runs it to the end, asserts that it exited 0 (showing its stderr otherwise) and
     /// returns its stdout.
     fn succeed(&mut self) -> Vec<u8> {
-        let out = self.memtrack.output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        stdout_of_success(&mut self.memtrack)
     }
 
     /// `memtrack report OPTIONS DIR`: asserts that it exited 0 and returns its stdout.
     fn report(&self, options: &[&str]) -> Vec<u8> {
-        let out = memtrack()
-            .arg("report")
-            .args(options)
-            .arg(self.dir.path())
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        stdout_of_success(memtrack().arg("report").args(options).arg(self.dir.path()))
     }
 
     /// `memtrack report --json DIR`, parsed.

@@ -14,6 +14,20 @@ pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting 
 pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: the runner counts one \
      iteration of each memtrack benchmark and reports it";
 
+/// What an integration says on stderr when it can neither reach a runner nor count
+/// in-process (no privileges).
+pub const DISABLED_LINE: &str = "memtrack: not under `memtrack run` and no \
+     CAP_BPF/CAP_PERFMON: allocation counts disabled, timing only";
+
+/// The stdout and stderr of an example run without privileges, after checking that it
+/// succeeded and that memtrack's only words were [`DISABLED_LINE`].
+pub fn ran_with_counts_disabled(output: &std::process::Output) -> (String, String) {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(memtrack_lines(&stderr), vec![DISABLED_LINE], "{stderr}");
+    (stdout, stderr)
+}
+
 /// Lossy UTF-8 of a program's output.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
