@@ -1,100 +1,106 @@
-//! Builds the eBPF programs (crate memtrack-ebpf) for bpfel-unknown-none and leaves the
-//! object in OUT_DIR for `include_bytes!`.
+//! memtrack's eBPF programs ship compiled, in `ebpf/memtrack-ebpf.o`, so that a user
+//! builds this crate with stable Rust alone (no nightly, no bpf-linker, no LLVM).
 //!
-//! Why not aya-build: it replaces RUSTFLAGS wholesale, and the programs need
-//! `-C target-cpu=v3` for `cmpxchg` (see ../shared/ebpf-toolchain.md). The toolchain
-//! pieces (nightly rust-src, bpf-linker in <repo>/.tools/bin) come from
-//! scripts/bootstrap.sh; when they are missing this script says so and how to fix it.
+//! Inside memtrack's own repository this script refuses a stale object: it hashes the
+//! sources the object is built from (the memtrack-ebpf and memtrack-common crates and
+//! scripts/build-ebpf.sh) and compares the hash with the one recorded when the object
+//! was built. A developer who changed them gets an error naming the script that
+//! rebuilds the object, never a silently old one. In the published crate those sources
+//! are not present and the shipped object is used as it is. CI rebuilds the object with
+//! the pinned toolchain and fails on any byte of difference (`build-ebpf.sh --check`).
 
 use std::{
     env,
-    ffi::OsString,
     path::{Path, PathBuf},
-    process::Command,
 };
+
+use sha2::{Digest, Sha256};
+
+const OBJECT: &str = "ebpf/memtrack-ebpf.o";
+const RECORDED_HASH: &str = "ebpf/memtrack-ebpf.sources.sha256";
+/// What the object is built from, relative to the repository (as build-ebpf.sh hashes).
+const SOURCES: &[&str] = &[
+    "memtrack-ebpf/Cargo.toml",
+    "memtrack-ebpf/src",
+    "memtrack-common/Cargo.toml",
+    "memtrack-common/src",
+    "scripts/build-ebpf.sh",
+];
 
 fn main() {
     let manifest_dir =
-        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let object = manifest_dir.join(OBJECT);
+    println!("cargo:rerun-if-changed={}", object.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join(RECORDED_HASH).display()
+    );
+    if !object.is_file() {
+        panic!(
+            "memtrack: the compiled eBPF object {} is missing; in memtrack's repository, \
+             run scripts/build-ebpf.sh to build it",
+            object.display()
+        );
+    }
     let repo = manifest_dir
         .parent()
-        .expect("memtrack-core lives in the workspace root");
-    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let ebpf_dir = repo.join("memtrack-ebpf");
-    let common_dir = repo.join("memtrack-common");
-
-    for path in [
-        ebpf_dir.join("src"),
-        ebpf_dir.join("Cargo.toml"),
-        common_dir.join("src"),
-        common_dir.join("Cargo.toml"),
-    ] {
-        println!("cargo:rerun-if-changed={}", path.display());
+        .expect("a crate directory has a parent");
+    if !repo.join("memtrack-ebpf/src").is_dir() {
+        return; // the published crate: the shipped object is all there is
     }
-    println!("cargo:rerun-if-env-changed=MEMTRACK_NIGHTLY");
-
-    let path = search_path(repo);
-    require_bpf_linker(&path);
-
-    let toolchain = env::var("MEMTRACK_NIGHTLY").unwrap_or_else(|_| "nightly".to_string());
-    let target_dir = out_dir.join("ebpf-target");
-    let flags = ["-Cdebuginfo=2", "-Clink-arg=--btf", "-Ctarget-cpu=v3"].join("\x1f");
-
-    let mut cmd = Command::new("rustup");
-    cmd.args(["run", &toolchain, "cargo", "build"])
-        .args(["--package", "memtrack-ebpf", "--bins", "--release"])
-        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .current_dir(repo)
-        .env("PATH", &path)
-        .env("CARGO_ENCODED_RUSTFLAGS", flags);
-    // The outer build's compiler settings must not leak into the nightly BPF build.
-    for key in [
-        "RUSTC",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTFLAGS",
-        "RUSTDOCFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTUP_TOOLCHAIN",
-        "CARGO_MAKEFLAGS",
-        "CARGO_PRIMARY_PACKAGE",
-        "__CARGO_FIX_PLZ",
-    ] {
-        cmd.env_remove(key);
+    for source in SOURCES {
+        println!("cargo:rerun-if-changed={}", repo.join(source).display());
     }
-    let status = cmd.status().unwrap_or_else(|e| {
-        panic!("memtrack: cannot run `rustup` to build the eBPF programs ({e}); run scripts/bootstrap.sh")
+    let recorded = std::fs::read_to_string(manifest_dir.join(RECORDED_HASH)).unwrap_or_default();
+    let current = sources_hash(repo);
+    if recorded.trim() != current {
+        panic!(
+            "memtrack: the eBPF sources changed since {OBJECT} was built (recorded sources \
+             hash {:?}, now {current}). Rebuild the object with scripts/build-ebpf.sh (it \
+             needs the pinned nightly and bpf-linker: scripts/bootstrap.sh --ebpf installs \
+             them) and commit memtrack-core/{OBJECT} and memtrack-core/{RECORDED_HASH}.",
+            recorded.trim()
+        );
+    }
+}
+
+/// sha256 over the lines "<sha256 of file>  <path>\n" of every source file, sorted by
+/// path bytewise: what `sha256sum` prints in scripts/build-ebpf.sh, hashed once more.
+fn sources_hash(repo: &Path) -> String {
+    let mut files = Vec::new();
+    for source in SOURCES {
+        collect_files(repo, Path::new(source), &mut files);
+    }
+    files.sort_by(|a, b| {
+        a.as_os_str()
+            .as_encoded_bytes()
+            .cmp(b.as_os_str().as_encoded_bytes())
     });
-    if !status.success() {
-        panic!(
-            "memtrack: building the eBPF programs failed ({status}); if the nightly toolchain, \
-             its rust-src or bpf-linker are missing, run scripts/bootstrap.sh"
-        );
+    let mut listing = String::new();
+    for relative in &files {
+        let bytes = std::fs::read(repo.join(relative))
+            .unwrap_or_else(|e| panic!("memtrack: reading {}: {e}", relative.display()));
+        listing.push_str(&format!(
+            "{:x}  {}\n",
+            Sha256::digest(&bytes),
+            relative.display()
+        ));
     }
-    let built = target_dir.join("bpfel-unknown-none/release/memtrack");
-    let dst = out_dir.join("memtrack-ebpf.o");
-    std::fs::copy(&built, &dst)
-        .unwrap_or_else(|e| panic!("memtrack: copying {} failed: {e}", built.display()));
+    format!("{:x}", Sha256::digest(listing.as_bytes()))
 }
 
-/// PATH with <repo>/.tools/bin (where bootstrap.sh installs bpf-linker) in front.
-fn search_path(repo: &Path) -> OsString {
-    let mut dirs = vec![repo.join(".tools/bin")];
-    if let Some(path) = env::var_os("PATH") {
-        dirs.extend(env::split_paths(&path));
-    }
-    env::join_paths(dirs).expect("PATH entries contain no separator")
-}
-
-fn require_bpf_linker(path: &OsString) {
-    let found = env::split_paths(path).any(|dir| dir.join("bpf-linker").is_file());
-    if !found {
-        panic!(
-            "memtrack: bpf-linker not found in <repo>/.tools/bin or PATH; run scripts/bootstrap.sh \
-             (it builds bpf-linker 0.13 against LLVM 22)"
-        );
+fn collect_files(repo: &Path, relative: &Path, out: &mut Vec<PathBuf>) {
+    let path = repo.join(relative);
+    if path.is_dir() {
+        let entries = std::fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("memtrack: listing {}: {e}", path.display()));
+        for entry in entries {
+            let entry =
+                entry.unwrap_or_else(|e| panic!("memtrack: listing {}: {e}", path.display()));
+            collect_files(repo, &relative.join(entry.file_name()), out);
+        }
+    } else if path.is_file() {
+        out.push(relative.to_path_buf());
     }
 }

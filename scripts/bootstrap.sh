@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Installs, idempotently, everything memtrack needs on a fresh Debian 12 machine
-# (see ../shared/ebpf-toolchain.md for why each piece is what it is):
-#   - apt: LLVM 22 (for bpf-linker), C/C++ toolchain, allocator libraries for fixtures
-#   - rustup: nightly rust-src (the eBPF crate is built with -Z build-std=core)
-#   - bpf-linker 0.13 built against LLVM 22, installed into <repo>/.tools (not cached
-#     outside the repo; built at most once per checkout)
+# Installs, idempotently, what memtrack's build and tests need on a fresh Debian 12
+# machine with Rust (rustup, stable):
+#   - apt: C/C++ toolchain and the allocator libraries the test fixtures use
+# With --ebpf, also what rebuilding the shipped eBPF object needs (scripts/build-ebpf.sh;
+# nobody else needs it: the object ships compiled; docs/ebpf-toolchain.md says why each
+# piece is what it is):
+#   - apt: LLVM 22 (for bpf-linker)
+#   - rustup: the pinned nightly with rust-src (the eBPF crate is built with
+#     -Z build-std=core)
+#   - bpf-linker 0.13.0 built against LLVM 22, installed into <repo>/.tools (built at
+#     most once per checkout)
 # Safe to run repeatedly: every step checks first and does nothing when already done.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$REPO/.tools"
-BPF_LINKER_VERSION="0.13.0"
+BPF_LINKER_VERSION="$(sed -n 's/^BPF_LINKER_VERSION="\(.*\)"$/\1/p' "$REPO/scripts/build-ebpf.sh")"
+NIGHTLY="$(sed -n 's/^NIGHTLY="\(.*\)"$/\1/p' "$REPO/scripts/build-ebpf.sh")"
 LLVM_MAJOR=22
+
+ebpf=0
+case "${1:-}" in
+    --ebpf) ebpf=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--ebpf]" >&2; exit 2 ;;
+esac
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -23,11 +36,13 @@ need_root() {
 }
 
 apt_packages=(
-    "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev
     build-essential gcc g++ pkg-config
     libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
     util-linux
 )
+if [ "$ebpf" -eq 1 ]; then
+    apt_packages+=("llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev)
+fi
 
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -47,15 +62,20 @@ if ! command -v rustup >/dev/null; then
     log "rustup not found: install Rust with rustup first"
     exit 1
 fi
-if ! rustup toolchain list | grep -q '^nightly'; then
-    log "installing the nightly toolchain"
-    rustup toolchain install nightly --profile minimal
+if [ "$ebpf" -eq 0 ]; then
+    log "done (the eBPF toolchain is not needed: the object ships compiled; --ebpf installs it)"
+    exit 0
 fi
-if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
-    log "adding rust-src to nightly"
-    rustup component add rust-src --toolchain nightly
+
+if ! rustup toolchain list | grep -q "^$NIGHTLY"; then
+    log "installing the pinned toolchain $NIGHTLY with rust-src"
+    rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src
+fi
+if ! rustup component list --toolchain "$NIGHTLY" --installed | grep -q '^rust-src'; then
+    log "adding rust-src to $NIGHTLY"
+    rustup component add rust-src --toolchain "$NIGHTLY"
 else
-    log "nightly rust-src: present"
+    log "$NIGHTLY rust-src: present"
 fi
 
 if [ -x "$TOOLS/bin/bpf-linker" ] && "$TOOLS/bin/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then

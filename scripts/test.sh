@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install what is missing, check formatting
-# and lints, then run every test. Run as root: the end-to-end tests load eBPF programs
-# (as root, MEMTRACK_REQUIRE_PRIVILEGED=1 makes any privilege skip a failure).
+# The whole test suite on a fresh machine: install what is missing, check that the
+# shipped eBPF object is exactly what its sources build, check formatting and lints,
+# then run every test. Run as root: the end-to-end tests load eBPF programs (as root,
+# MEMTRACK_REQUIRE_PRIVILEGED=1 makes any privilege skip a failure).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh --ebpf
+echo "[test] the shipped eBPF object against a rebuild (scripts/build-ebpf.sh --check)" >&2
+bash scripts/build-ebpf.sh --check
 if [ "$(id -u)" -eq 0 ]; then
     export MEMTRACK_REQUIRE_PRIVILEGED=1
 else

@@ -110,7 +110,7 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
             expected,
             "{id}: the process sums its benchmarks"
         );
-        let report = memtrack::report::render_text(&read);
+        let report = memtrack_cli::report::render_text(&read);
         assert!(
             report.contains(&format!("benchmark {id} (process")),
             "{report}"

@@ -107,7 +107,7 @@ fn in_process_divan_prints_the_exact_table_and_saves_results() {
         numbers(&result.stats),
         (10, 3232, 8, 1184, 2, 2048, 1024, 0)
     );
-    let report = memtrack::report::render_text(&results);
+    let report = memtrack_cli::report::render_text(&results);
     for (uri, _) in EXPECTED {
         assert!(
             report.contains(&format!("benchmark {uri} (process")),

@@ -1,4 +1,4 @@
-//! `memtrack run` end to end (through `memtrack::runner::run`, what the binary calls):
+//! `memtrack run` end to end (through `memtrack_cli::runner::run`, what the binary calls):
 //! benchmark regions marked over the FIFO are counted exactly and none of the noise; a
 //! multi-process shell command gets one result per process with the right parents;
 //! garbage in the control FIFO is answered and measuring goes on.
@@ -6,23 +6,24 @@
 use memtrack_test_support::require_privileges;
 use std::path::PathBuf;
 
-use memtrack::{CommandSpec, MemtrackResult, runner::RunOptions};
+use memtrack::{CommandSpec, MemtrackResult};
+use memtrack_cli::runner::RunOptions;
 
-fn run(spec: CommandSpec) -> (memtrack::runner::RunOutcome, tempfile::TempDir) {
+fn run(spec: CommandSpec) -> (memtrack_cli::runner::RunOutcome, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let options = RunOptions {
         output: Some(dir.path().to_path_buf()),
         run_as: None,
         ..Default::default()
     };
-    (memtrack::runner::run(spec, &options).unwrap(), dir)
+    (memtrack_cli::runner::run(spec, &options).unwrap(), dir)
 }
 
 /// (uri, alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks,
 /// peak_live_bytes, unmatched + failed + lost)
 type Row<'a> = (&'a str, u64, u64, u64, u64, u64, u64, u64);
 
-fn check_regions(outcome: &memtrack::runner::RunOutcome) {
+fn check_regions(outcome: &memtrack_cli::runner::RunOutcome) {
     assert_eq!(outcome.exit.code, Some(0));
     let got: Vec<Row> = outcome
         .benchmarks
@@ -92,7 +93,7 @@ fn regions_are_exact_and_noise_is_not_counted() {
     let markers =
         fifo_protocol::MarkerResult::read_from(&dir.path().join("MarkerResult.msgpack")).unwrap();
     assert_eq!(markers, outcome.markers);
-    let json = memtrack::report::render_json(&read);
+    let json = memtrack_cli::report::render_json(&read);
     let value: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(value["benchmarks"][2]["uri"], "marked_regions::thousand");
     assert_eq!(value["benchmarks"][2]["stats"]["alloc_calls"], 1000);

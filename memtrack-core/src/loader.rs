@@ -28,9 +28,10 @@ use crate::{
     privileges,
 };
 
-/// The compiled eBPF object, built by build.rs from the memtrack-ebpf crate.
+/// The compiled eBPF object, shipped in the crate (scripts/build-ebpf.sh builds it from the
+/// memtrack-ebpf crate; build.rs refuses a stale one).
 static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrack-ebpf.o"));
+    aya::include_bytes_aligned!(concat!(env!("CARGO_MANIFEST_DIR"), "/ebpf/memtrack-ebpf.o"));
 
 /// The one return program all allocating functions share.
 const RETURN_PROGRAM: &str = "alloc_return_prog";

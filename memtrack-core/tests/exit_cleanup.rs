@@ -4,11 +4,9 @@
 //! to unregister, leaking uprobe"). The test runs this binary again as a helper that
 //! does exactly that, and compares the kernel log before and after.
 
-mod support;
-
 use std::process::Command;
 
-use support::require_privileges;
+use memtrack_test_support::require_privileges;
 
 const HELPER_ENV: &str = "MEMTRACK_EXIT_CLEANUP_HELPER";
 /// Helper runs; run `i` exits `i` x 0.5 ms after dropping its tracker.

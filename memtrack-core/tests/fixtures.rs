@@ -6,12 +6,10 @@
 //! links instead of uprobe_multi links (the path for kernels before 6.6); the counts
 //! must not differ.
 
-mod support;
-
 use std::{io::Read, os::fd::AsRawFd};
 
 use memtrack::{CommandSpec, ProbePlacement, Tracker, UprobeLinks};
-use support::{diff, expected, fixture, require_privileges};
+use memtrack_test_support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
 fn check_single(name: &str, placement: ProbePlacement, links: UprobeLinks) {

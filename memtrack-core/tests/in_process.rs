@@ -1,10 +1,8 @@
 //! The in-process Tracker on this test process, all threads. One test function only, so
 //! no other test thread allocates while it measures.
 
-mod support;
-
 use memtrack::Tracker;
-use support::require_privileges;
+use memtrack_test_support::require_privileges;
 
 #[inline(never)]
 fn boxed_thousand() {

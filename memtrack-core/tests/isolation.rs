@@ -3,15 +3,13 @@
 //! tracked process. Measured as a ratio within one run, generously bounded; the precise
 //! figures are in BENCHMARKS.md.
 
-mod support;
-
 use std::process::Command;
 
 use memtrack::Tracker;
-use support::require_privileges;
+use memtrack_test_support::require_privileges;
 
 fn build_loop() -> std::path::PathBuf {
-    let src = support::fixtures_dir().join("../programs/malloc_loop.c");
+    let src = memtrack_test_support::fixtures_dir().join("../programs/malloc_loop.c");
     let out = std::env::temp_dir().join(format!("memtrack-malloc-loop-{}", std::process::id()));
     let status = Command::new("gcc")
         .args(["-O2", "-o"])

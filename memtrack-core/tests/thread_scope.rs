@@ -1,15 +1,13 @@
 //! A thread-scoped tracker counts only the thread that started it, while other threads
 //! of the same process allocate as fast as they can.
 
-mod support;
-
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
 };
 
 use memtrack::{Scope, Tracker};
-use support::require_privileges;
+use memtrack_test_support::require_privileges;
 
 #[test]
 fn counts_only_the_calling_thread() {

@@ -1,6 +1,7 @@
-//! memtrack's eBPF programs. Built only for `bpfel-unknown-none` (memtrack-core's build
-//! script runs `cargo +nightly build -Z build-std=core` on this crate); on the host this
-//! file compiles to an empty binary so that workspace-wide commands keep working.
+//! memtrack's eBPF programs. Built only for `bpfel-unknown-none` by scripts/build-ebpf.sh
+//! (pinned nightly, `-Z build-std=core`, bpf-linker) into memtrack-core/ebpf/, where the
+//! object ships; on the host this file compiles to an empty binary so that
+//! workspace-wide commands keep working.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]

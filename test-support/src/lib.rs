@@ -1,6 +1,10 @@
 //! Helpers shared by memtrack's own test suites (memtrack-core, the examples, the
 //! integrations), so every suite gates privileged tests and builds fixtures the same way.
 
+mod fixtures;
+
+pub use fixtures::{diff, expected, fixture};
+
 use std::{
     io::Write,
     os::unix::fs::PermissionsExt,

@@ -4,7 +4,8 @@
 
 use std::os::fd::AsRawFd;
 
-use memtrack::{CommandSpec, runner::RunOptions, runner::RunOutcome};
+use memtrack::CommandSpec;
+use memtrack_cli::runner::{RunOptions, RunOutcome};
 
 /// What an integration says on stderr when it counts in-process.
 pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting allocations \
@@ -71,7 +72,7 @@ pub struct Captured {
     pub dir: tempfile::TempDir,
 }
 
-/// Runs `spec` under `memtrack::runner::run` (what `memtrack run` does) with its stdout
+/// Runs `spec` under `memtrack_cli::runner::run` (what `memtrack run` does) with its stdout
 /// and stderr captured, result files in `dir/results`. `prepare` may adjust the spec
 /// with the directory (e.g. to point the harness's output there).
 pub fn run_under_runner(
@@ -88,7 +89,7 @@ pub fn run_under_runner(
         output: Some(dir.path().join("results")),
         ..Default::default()
     };
-    let outcome = memtrack::runner::run(spec, &options).unwrap();
+    let outcome = memtrack_cli::runner::run(spec, &options).unwrap();
     Captured {
         outcome,
         stdout: std::fs::read_to_string(dir.path().join("stdout")).unwrap(),

@@ -1,15 +1,9 @@
 //! Renders results for people (aligned tables, sizes in B/KiB/MiB) and for programs
-//! (one JSON object). Used by `memtrack run`, `memtrack report` and the integrations,
-//! so every front end prints the same thing.
+//! (one JSON object), for `memtrack run` and `memtrack report`.
 
 use serde::Serialize;
 
-use crate::{
-    loader::ProbeInfo,
-    process::AllocatorStatus,
-    results::MemtrackResult,
-    stats::{Stats, format_bytes},
-};
+use memtrack::{AllocatorStatus, MemtrackResult, ProbeInfo, Stats, format_bytes};
 
 /// What the human report shows besides the numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,8 +1,6 @@
 //! The `memtrack` binary: JSON output, exit codes, signals forwarded with results kept,
 //! the sudo identity, `memtrack report`.
 
-mod support;
-
 use std::{
     ffi::OsStr,
     os::unix::fs::PermissionsExt,
@@ -10,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use support::{expected, fixture, require_privileges};
+use memtrack_test_support::{expected, fixture, require_privileges};
 
 fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))

@@ -1,9 +1,9 @@
-//! Shared by the end-to-end tests: the privilege gate, fixture building, expectations.
-#![allow(dead_code)]
+//! The C fixtures of tests/fixtures: built once per test binary, their expected numbers,
+//! and an exact comparison of every counter.
 
 use std::{path::PathBuf, sync::OnceLock};
 
-pub use memtrack_test_support::{fixtures_dir, require_privileges};
+use crate::{compile_c, fixtures_dir};
 
 /// Compiles every C fixture once per test binary (into a temporary directory) and
 /// returns the path of the named one.
@@ -15,7 +15,7 @@ pub fn fixture(name: &str) -> PathBuf {
         for entry in std::fs::read_dir(fixtures_dir()).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "c") {
-                memtrack_test_support::compile_c(&path, &out, &[]);
+                compile_c(&path, &out, &[]);
             }
         }
         out

@@ -5,7 +5,7 @@
 //! first `StartBenchmark`, counting is on only inside regions: everything counted before
 //! is discarded, each region is counted for the process named by the last
 //! `CurrentBenchmark`, and reported under that benchmark's uri. A process's own result
-//! is then the sum of its regions ([`Stats::merge`]).
+//! is then the sum of its regions ([`Stats::merge`](memtrack::Stats::merge)).
 //!
 //! Exactness inside regions rests on two orderings: the runner enables counting before
 //! it answers `StartBenchmark`, and the integration's client sends `StopBenchmark`
@@ -19,13 +19,13 @@ use std::{
 
 use fifo_protocol::{Command, FifoRunner, IntegrationMode, MarkerResult, Reply};
 
+use memtrack::{
+    BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, Stats, Tracker, TrackerControl,
+};
+
 use crate::{
     error::{Error, Result},
     report::BenchmarkReport,
-    results::{BenchmarkStats, MemtrackResult},
-    spawn::CommandSpec,
-    stats::Stats,
-    tracker::{ExitStatus, Tracker, TrackerControl},
 };
 
 /// How `memtrack run` runs a command.
@@ -39,7 +39,7 @@ pub struct RunOptions {
     /// More live blocks than this across the tracked processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
     /// Do not count mmap/munmap/brk (see
-    /// [`TrackerBuilder::count_syscalls`](crate::TrackerBuilder::count_syscalls)).
+    /// [`TrackerBuilder::count_syscalls`](memtrack::TrackerBuilder::count_syscalls)).
     pub no_syscalls: bool,
 }
 
@@ -177,14 +177,14 @@ fn default_output_dir() -> PathBuf {
 /// `{pid}.MemtrackResult.msgpack` per process and `MarkerResult.msgpack` to the output
 /// directory. Progress goes to stderr.
 pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
-    let fifo = FifoRunner::new(IntegrationMode::Memory).map_err(|e| Error::Spawn {
-        command: spec.program.to_string_lossy().into_owned(),
-        reason: format!("cannot create the FIFO directory: {e}"),
+    let fifo = FifoRunner::new(IntegrationMode::Memory).map_err(|source| Error::Fifo {
+        what: "creating its directory",
+        source,
     })?;
     if let Some((uid, gid)) = options.run_as {
-        fifo.set_owner(uid, gid).map_err(|e| Error::Spawn {
-            command: spec.program.to_string_lossy().into_owned(),
-            reason: format!("cannot hand the FIFO directory to uid {uid}: {e}"),
+        fifo.set_owner(uid, gid).map_err(|source| Error::Fifo {
+            what: "handing its directory to the command's user",
+            source,
         })?;
         spec.run_as = Some((uid, gid));
     }
@@ -208,16 +208,16 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
     };
     let mut fifo = fifo;
     fifo.set_logger(|line| eprintln!("memtrack: fifo: {line}"));
-    let serving = fifo.spawn(handler).map_err(|e| Error::Spawn {
-        command: "the FIFO server".into(),
-        reason: e.to_string(),
+    let serving = fifo.spawn(handler).map_err(|source| Error::Fifo {
+        what: "starting its thread",
+        source,
     })?;
 
     let exit = tracker.wait();
     FORWARD_TO.store(0, Ordering::SeqCst);
-    let (markers, handler) = serving.stop().map_err(|e| Error::Spawn {
-        command: "the FIFO server".into(),
-        reason: e.to_string(),
+    let (markers, handler) = serving.stop().map_err(|source| Error::Fifo {
+        what: "stopping",
+        source,
     })?;
     let exit = exit?;
     let mut processes = tracker.collect_processes()?;
@@ -257,9 +257,9 @@ fn write_all(dir: &Path, results: &[MemtrackResult], markers: &MarkerResult) -> 
     for result in results {
         result.write_to_dir(dir)?;
     }
-    markers.write_to_dir(dir).map_err(|e| Error::ResultFile {
+    markers.write_to_dir(dir).map_err(|e| Error::Write {
         path: dir.join(fifo_protocol::MARKER_RESULT_FILE_NAME),
-        reason: e.to_string(),
+        source: Box::new(e),
     })?;
     Ok(())
 }

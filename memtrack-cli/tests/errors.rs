@@ -1,12 +1,10 @@
 //! Bad input gets a clear error and leaves everything else working: a missing command,
 //! a vanished pid, a static binary with no allocator symbols, no privileges.
 
-mod support;
-
 use std::process::Command;
 
 use memtrack::{AllocatorStatus, CommandSpec, Error, Tracker};
-use support::require_privileges;
+use memtrack_test_support::require_privileges;
 
 fn memtrack_bin() -> &'static str {
     env!("CARGO_BIN_EXE_memtrack")
@@ -91,7 +89,7 @@ fn static_binary_without_symbols_is_reported_not_counted_as_zero() {
         other => panic!("expected NotRecognised, got {other:?}"),
     }
     let report =
-        memtrack::report::render_text(&[memtrack::MemtrackResult::from_process(&processes[0])]);
+        memtrack_cli::report::render_text(&[memtrack::MemtrackResult::from_process(&processes[0])]);
     assert!(report.contains("allocator not recognised"), "{report}");
 }
 

@@ -11,8 +11,9 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use memtrack::{
-    CommandSpec, Error, MemtrackResult,
+use memtrack::{CommandSpec, MemtrackResult};
+use memtrack_cli::{
+    Error,
     report::{self, TextOptions},
     runner::RunOptions,
 };
@@ -129,9 +130,9 @@ fn run(
         max_live_blocks,
         no_syscalls,
     };
-    let outcome = match memtrack::runner::run(spec, &options) {
+    let outcome = match memtrack_cli::runner::run(spec, &options) {
         Ok(outcome) => outcome,
-        Err(e @ Error::CommandNotFound { .. }) => {
+        Err(e @ Error::Tracking(memtrack::Error::CommandNotFound { .. })) => {
             eprintln!("memtrack: {e}");
             return ExitCode::from(127);
         }

@@ -1,0 +1,37 @@
+//! The errors of `memtrack run` and `memtrack report`: tracking failures (the library's
+//! [`memtrack::Error`]), and the runner's own work (the FIFO server, the results
+//! directory), each saying what failed.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the runner or the report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Tracking the command failed (loading, attaching, following, reading results).
+    #[error(transparent)]
+    Tracking(#[from] memtrack::Error),
+
+    /// The FIFO server for benchmark integrations failed.
+    #[error("the FIFO server for benchmark integrations: {what}: {source}")]
+    Fifo {
+        /// What it was doing, e.g. "creating its directory".
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: fifo_protocol::Error,
+    },
+
+    /// Writing a result file failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

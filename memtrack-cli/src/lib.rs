@@ -1,0 +1,21 @@
+//! # memtrack-cli: the `memtrack` command
+//!
+//! `memtrack run -- CMD` tracks the exact heap of a command and every process it starts
+//! (with the [`memtrack`] library), serves the FIFO protocol so benchmark integrations
+//! inside the command can mark regions, and writes one result file per process;
+//! `memtrack report DIR` prints saved results again. This library is what the binary
+//! calls, public so that tests and tools can run the same code:
+//!
+//! - [`runner`]: run a command under the tracker with the FIFO server, write the results;
+//! - [`report`]: the human and JSON reports.
+//!
+//! Benchmark harnesses embed the `memtrack` library (crate `memtrack-core`), not this
+//! crate: it pulls in clap, serde_json and the FIFO server, and installs signal handlers.
+
+#![warn(missing_docs)]
+
+mod error;
+pub mod report;
+pub mod runner;
+
+pub use error::{Error, Result};
