@@ -3,7 +3,7 @@
 //!
 //! memtrack scopes its uprobes to the tracked process, so another program mapping the
 //! same libc must run at native speed (a probe that fired there, even one filtered out
-//! in BPF, would cost it ~100x; ../shared/probe-costs.md). The unrelated loops run
+//! in BPF, would cost it ~100x; docs/probe-costs.md). The unrelated loops run
 //! natively before the tracker exists and after it is gone, and in between while it
 //! counts; the ratio is beside / native. Two loops: malloc+free pairs (the uprobes), and
 //! a system call (`getppid`), which every process pays for while any tracker exists:

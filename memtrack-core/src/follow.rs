@@ -4,7 +4,7 @@
 //! Why ptrace: uprobes scoped to one process (`perf_event_open` with a pid) fire only in
 //! that process, which keeps unrelated programs at native speed, but they do not follow
 //! `fork`, and inherited uprobe perf events made every `fork` fail here
-//! (../shared/ebpf-toolchain.md). With `PTRACE_O_TRACEFORK|VFORK|CLONE|EXEC` the kernel
+//! (docs/ebpf-toolchain.md). With `PTRACE_O_TRACEFORK|VFORK|CLONE|EXEC` the kernel
 //! stops each new process before it runs and each image right after `execve`; the
 //! follower attaches that process's probes, then lets it go. ptrace stops happen only at
 //! those events, never per allocation. The cost: a tracked process cannot also be run

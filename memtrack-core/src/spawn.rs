@@ -2,7 +2,7 @@
 //! its first instruction runs.
 //!
 //! `std::process::Command::spawn` cannot do this: it waits until the child has exec'd,
-//! so a child that stops itself first deadlocks it (../shared/ebpf-toolchain.md). The
+//! so a child that stops itself first deadlocks it (docs/ebpf-toolchain.md). The
 //! child here stops itself with SIGSTOP right after `fork`; the tracer seizes it with
 //! ptrace, continues it, and sees the exec as a ptrace event. Nothing the child does
 //! between `fork` and `execve` allocates (everything is prepared before the fork), so

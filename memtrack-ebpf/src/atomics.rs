@@ -1,6 +1,6 @@
 //! Atomic updates of counters that several threads of one process update at once.
 //!
-//! Measured pitfalls on bpfel-unknown-none (../shared/ebpf-toolchain.md):
+//! Measured pitfalls on bpfel-unknown-none (docs/ebpf-toolchain.md):
 //! `core::sync::atomic` has no read-modify-write operations there; an `atomic_xadd` whose
 //! result is used was miscompiled into a plain `lock +=` (no fetch), so xadd is only used
 //! fire-and-forget; where the old value matters a `cmpxchg` loop is used (needs
