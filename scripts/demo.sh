@@ -7,7 +7,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 bash scripts/bootstrap.sh
-cargo build --release --locked -p memtrack --bin memtrack
+cargo build --release --locked -p memtrack-cli --bin memtrack
 mkdir -p target/demo
 gcc -O0 -fno-builtin -o target/demo/workload examples/demo/workload.c
 echo "== memtrack run -- target/demo/workload" >&2

@@ -12,7 +12,7 @@
 //! `vec_grow_100` as benchmark regions (criterion then measures wall time):
 //!
 //! ```sh
-//! cargo build --release -p memtrack -p memtrack-examples
+//! cargo build --release -p memtrack-cli -p memtrack-examples
 //! sudo target/release/memtrack run -- target/release/criterion_alloc
 //! ```
 //!

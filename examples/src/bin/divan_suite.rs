@@ -21,7 +21,7 @@
 //!
 //! `boxed_kib` and `vec_grow_100` return what they allocate, so it is still live when
 //! the iteration ends (divan drops outputs outside its timing, memtrack outside its
-//! count). Under the runner (`cargo build --release -p memtrack -p memtrack-examples`,
+//! count). Under the runner (`cargo build --release -p memtrack-cli -p memtrack-examples`,
 //! then `sudo target/release/memtrack run -- target/release/divan_suite --bench`) the
 //! runner reports the same numbers per benchmark.
 //! Without root and without the runner, one line on stderr says counting is disabled
