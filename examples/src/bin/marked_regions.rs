@@ -2,7 +2,7 @@
 //! allocations of known sizes inside them and noise outside, to be run under the runner:
 //!
 //! ```sh
-//! cargo build --release -p memtrack-examples --bin marked_regions
+//! cargo build --release -p memtrack-cli -p memtrack-examples
 //! sudo target/release/memtrack run -- target/release/marked_regions
 //! ```
 //!
