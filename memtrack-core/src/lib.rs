@@ -30,6 +30,7 @@
 mod detach;
 mod error;
 mod follow;
+mod ld_hook;
 mod loader;
 mod privileges;
 mod process;
