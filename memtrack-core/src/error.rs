@@ -148,6 +148,28 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A system call memtrack needs for its own work (a pipe, a thread, a fork) failed.
+    #[error("memtrack cannot {what}: {source}")]
+    Os {
+        /// What memtrack was doing, e.g. "start the follower thread".
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// memtrack's follower thread, which follows the tracked processes with ptrace,
+    /// ended while it was still needed: the processes are no longer followed, and the
+    /// root's exit cannot be seen. A bug in memtrack.
+    #[error(
+        "memtrack's ptrace follower thread ended unexpectedly ({reason}): the tracked \
+         processes are no longer followed; this is a bug in memtrack"
+    )]
+    FollowerEnded {
+        /// Why it ended, e.g. "it panicked" or the `waitpid` error.
+        reason: String,
+    },
+
     /// The tracker was used in a way its configuration does not allow.
     #[error("{0}")]
     Usage(&'static str),

@@ -70,8 +70,11 @@ impl Follower {
     /// Starts the follower thread; returns once the root is stopped, probed and running
     /// again (or failed to start), with the root's pid.
     pub(crate) fn start(shared: Arc<Shared>, root: Root) -> Result<(Follower, u32)> {
-        let (wake_read, wake_write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| Error::Usage(leak(format!("pipe: {e}"))))?;
+        let (wake_read, wake_write) =
+            pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Os {
+                what: "create the pipe that wakes the follower thread",
+                source: e.into(),
+            })?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("memtrack-follow".into())
@@ -87,7 +90,10 @@ impl Follower {
                     }
                 }
             })
-            .map_err(|e| Error::Usage(leak(format!("cannot start the follower thread: {e}"))))?;
+            .map_err(|source| Error::Os {
+                what: "start the follower thread",
+                source,
+            })?;
         let mut follower = Follower {
             thread: Some(thread),
             wake: Some(wake_write),
@@ -100,7 +106,9 @@ impl Follower {
             }
             Err(_) => {
                 follower.shutdown();
-                Err(Error::Usage("the follower thread died during setup"))
+                Err(Error::FollowerEnded {
+                    reason: "it panicked while starting to follow the process".into(),
+                })
             }
         }
     }
@@ -119,10 +127,6 @@ impl Drop for Follower {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 #[derive(Clone, Copy)]
@@ -174,9 +178,10 @@ fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
             libc::_exit(0)
         },
         Ok(ForkResult::Parent { child }) => Ok(child),
-        Err(e) => Err(Error::Usage(leak(format!(
-            "fork of the follower's sentinel: {e}"
-        )))),
+        Err(e) => Err(Error::Os {
+            what: "fork the follower's sentinel process",
+            source: e.into(),
+        }),
     }
 }
 
