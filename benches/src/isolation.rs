@@ -11,7 +11,7 @@
 //! tracker's own latencies are kept for benchmark 4 (one in-process tracker fewer to
 //! make and drop).
 
-use memtrack::Tracker;
+use memtrack::{Scope, Tracker};
 
 use crate::{
     BenchResult,
@@ -67,7 +67,9 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     session.tracker_timings.push(timings);
     eprintln!("  unrelated syscall loop beside a tracker that does not count syscalls");
     let syscall_beside_uncounted = {
-        let mut tracker = Tracker::builder().count_syscalls(false).build()?;
+        let mut tracker = Tracker::builder()
+            .count_syscalls(false)
+            .build(Scope::Process)?;
         tracker.start()?;
         let samples = (0..s.isolation_runs)
             .map(|_| run_loop(&syscalls))

@@ -170,7 +170,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The tracker was used in a way its configuration does not allow.
+    /// The API was called with an argument it refuses (e.g.
+    /// [`attach_pid`](crate::TrackerBuilder::attach_pid) with the calling process's own
+    /// pid). What the types can rule out, they do: this is for the rest.
     #[error("{0}")]
     Usage(&'static str),
 }

@@ -44,8 +44,8 @@ use crate::{
     error::{Error, Result},
     ld_hook::LdHooks,
     process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
+    shared::Shared,
     spawn::{self, CommandSpec},
-    tracker::Shared,
 };
 
 /// Syscall-stops to wait, after an exec, for an allocator to be mapped before giving up

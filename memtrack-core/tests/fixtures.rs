@@ -8,7 +8,7 @@
 
 use std::{io::Read, os::fd::AsRawFd};
 
-use memtrack::{CommandSpec, ProbePlacement, Tracker, UprobeLinks};
+use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Tracker, UprobeLinks};
 use memtrack_test_support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
@@ -137,7 +137,7 @@ fn fork_parent_and_child_each_exact() {
 /// into a counting tracker; then "go", and the counters must be the protocol mode's.
 fn prestart_protocol<L>(
     launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
-    at_ready: impl FnOnce(L) -> Tracker,
+    at_ready: impl FnOnce(L) -> ProcessTracker,
 ) {
     let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
     let (go_r, go_w) = nix::unistd::pipe().unwrap();
@@ -261,7 +261,7 @@ fn copy_libraries(exe: &std::path::Path, root: &std::path::Path) -> Vec<std::pat
 
 /// The one tracked process running `exe` at the end, checked against `name`'s expected
 /// numbers; returns it.
-fn check_final_image(tracker: &Tracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
+fn check_final_image(tracker: &ProcessTracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
     let processes = tracker.collect_processes().unwrap();
     let process = processes
         .iter()
