@@ -15,7 +15,7 @@ use memtrack::{Scope, Tracker};
 
 use crate::{
     BenchResult,
-    lifecycle::{self, End},
+    in_process::{self, End},
     samples::Samples,
     session::Session,
     workload,
@@ -56,7 +56,7 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     }
     eprintln!("  unrelated loops beside a counting in-process tracker");
     let ((beside, syscall_beside, tracker_counted_allocs), timings) =
-        lifecycle::drive(End::Close, |tracker| {
+        in_process::drive(End::Close, |tracker| {
             let (mut beside, mut syscall_beside) = (Samples::new(), Samples::new());
             for _ in 0..s.isolation_runs {
                 beside.push(run_loop(&pairs)?);
