@@ -160,10 +160,11 @@ pub enum Error {
 
     /// memtrack's follower thread, which follows the tracked processes with ptrace,
     /// ended while it was still needed: the processes are no longer followed, and the
-    /// root's exit cannot be seen. A bug in memtrack.
+    /// root's exit cannot be seen. Not expected: the reason says what ended it (a panic,
+    /// or `waitpid` failing).
     #[error(
         "memtrack's ptrace follower thread ended unexpectedly ({reason}): the tracked \
-         processes are no longer followed; this is a bug in memtrack"
+         processes are no longer followed"
     )]
     FollowerEnded {
         /// Why it ended, e.g. "it panicked" or the `waitpid` error.

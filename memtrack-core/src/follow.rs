@@ -145,6 +145,8 @@ struct FollowState {
     exec_wait: HashMap<u32, u32>,
     root: u32,
     sentinel: Option<Pid>,
+    /// Why [`run`](FollowState::run) ended, if not by the sentinel's exit (shutdown).
+    failure: Option<String>,
 }
 
 fn options() -> Options {
@@ -202,6 +204,7 @@ impl FollowState {
             exec_wait: HashMap::new(),
             root: 0,
             sentinel: None,
+            failure: None,
         }
     }
 
@@ -532,7 +535,10 @@ impl FollowState {
                 }
                 Ok(_) => {}
                 Err(Errno::EINTR) => {}
-                Err(_) => break,
+                Err(e) => {
+                    self.failure = Some(format!("waitpid: {e}"));
+                    break;
+                }
             }
         }
     }
@@ -546,10 +552,16 @@ impl FollowState {
 
 impl Drop for FollowState {
     fn drop(&mut self) {
-        // However the follower ends (shutdown, a failed setup or wait, a panic), take
-        // the loader hooks out: a breakpoint left behind would kill its process at the
-        // next `dlopen`.
+        // However the follower ends (shutdown, a failed setup or wait, a panic): take
+        // the loader hooks out (a breakpoint left behind would kill its process at the
+        // next `dlopen`), and tell a waiter on the root that no exit will come.
         self.hooks.remove_all();
+        let reason = match self.failure.take() {
+            Some(reason) => reason,
+            None if std::thread::panicking() => "it panicked".into(),
+            None => "the tracker stopped following".into(),
+        };
+        self.shared.follower_ended(reason);
         // The write end is closed by now (shutdown) or will be when the tracker goes; if
         // the sentinel is still ours, wait for it so it does not linger as a zombie.
         self.reap_sentinel();

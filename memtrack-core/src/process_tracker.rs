@@ -104,9 +104,13 @@ impl ProcessTracker {
     }
 
     /// Waits until the root process exits and returns how it exited. Its descendants
-    /// may still run (and stay tracked).
+    /// may still run (and stay tracked). Fails with [`Error::FollowerEnded`] if
+    /// memtrack's follower thread ended before the root did (a bug: no exit can be seen
+    /// then, and waiting would never end).
+    ///
+    /// [`Error::FollowerEnded`]: crate::Error::FollowerEnded
     pub fn wait(&self) -> Result<ExitStatus> {
-        Ok(self.shared.wait_root())
+        self.shared.wait_root()
     }
 
     /// The root's exit status if it has exited.

@@ -11,7 +11,7 @@ use memtrack_common::{PidStats, TrackState};
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
-    error::Result,
+    error::{Error, Result},
     loader::{Engine, ProbeInfo},
     process::{ProcessRecord, Registry, TrackedProcess},
     stats::Stats,
@@ -45,8 +45,19 @@ pub(crate) struct Shared {
     pub(crate) registry: Mutex<Registry>,
     /// Whether processes that start being tracked now count from their start.
     enabled: AtomicBool,
-    root_exit: Mutex<Option<ExitStatus>>,
-    root_exit_cv: Condvar,
+    root_end: Mutex<RootEnd>,
+    root_end_cv: Condvar,
+}
+
+/// What is known of the root process's end.
+#[derive(Clone, Debug)]
+enum RootEnd {
+    /// Still running (or not started yet).
+    Running,
+    /// It exited.
+    Exited(ExitStatus),
+    /// The follower ended first, for this reason: no exit will be seen.
+    Unfollowed(String),
 }
 
 impl Shared {
@@ -57,8 +68,8 @@ impl Shared {
             count_syscalls,
             registry: Mutex::new(Registry::new()),
             enabled: AtomicBool::new(enabled),
-            root_exit: Mutex::new(None),
-            root_exit_cv: Condvar::new(),
+            root_end: Mutex::new(RootEnd::Running),
+            root_end_cv: Condvar::new(),
         }
     }
 
@@ -158,23 +169,41 @@ impl Shared {
 
     /// Records how the root process exited and wakes [`wait_root`](Self::wait_root).
     pub(crate) fn root_exited(&self, code: Option<i32>, signal: Option<i32>) {
-        *self.root_exit.lock() = Some(ExitStatus { code, signal });
-        self.root_exit_cv.notify_all();
+        *self.root_end.lock() = RootEnd::Exited(ExitStatus { code, signal });
+        self.root_end_cv.notify_all();
     }
 
-    /// Waits until the root process has exited.
-    pub(crate) fn wait_root(&self) -> ExitStatus {
-        let mut exit = self.root_exit.lock();
+    /// The follower thread ended (for `reason`): if the root was still running, a
+    /// waiter learns that its exit will not be seen.
+    pub(crate) fn follower_ended(&self, reason: String) {
+        let mut end = self.root_end.lock();
+        if matches!(*end, RootEnd::Running) {
+            *end = RootEnd::Unfollowed(reason);
+            self.root_end_cv.notify_all();
+        }
+    }
+
+    /// Waits until the root process has exited, or its follower has ended.
+    pub(crate) fn wait_root(&self) -> Result<ExitStatus> {
+        let mut end = self.root_end.lock();
         loop {
-            if let Some(status) = *exit {
-                return status;
+            match &*end {
+                RootEnd::Running => self.root_end_cv.wait(&mut end),
+                RootEnd::Exited(status) => return Ok(*status),
+                RootEnd::Unfollowed(reason) => {
+                    return Err(Error::FollowerEnded {
+                        reason: reason.clone(),
+                    });
+                }
             }
-            self.root_exit_cv.wait(&mut exit);
         }
     }
 
     /// How the root process exited, if it has.
     pub(crate) fn root_exit(&self) -> Option<ExitStatus> {
-        *self.root_exit.lock()
+        match &*self.root_end.lock() {
+            RootEnd::Exited(status) => Some(*status),
+            RootEnd::Running | RootEnd::Unfollowed(_) => None,
+        }
     }
 }
