@@ -21,19 +21,23 @@
 //! counts). `mmap`/`munmap`/`brk` are counted apart through a raw syscall tracepoint.
 //!
 //! Probes are scoped to the tracked processes: other programs on the machine run at
-//! native speed. To track a command and all its children, use
-//! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
-//! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
+//! native speed. A [`Tracker`] counts the calling process; to track a command and all
+//! its children, [`Tracker::builder`]`().spawn(...)` returns a [`ProcessTracker`], in
+//! which each process gets its own counters ([`ProcessTracker::collect_processes`]) and
+//! can be saved as a [`MemtrackResult`] file.
 
 #![warn(missing_docs)]
 
 mod detach;
 mod error;
 mod follow;
+mod ld_hook;
 mod loader;
 mod privileges;
 mod process;
+mod process_tracker;
 mod results;
+mod shared;
 mod spawn;
 mod stats;
 mod tracker;
@@ -43,7 +47,9 @@ pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
 pub use privileges::can_track;
 pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
+pub use process_tracker::{ProcessTracker, TrackerControl};
 pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
-pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder, TrackerControl};
+pub use tracker::{Scope, Tracker, TrackerBuilder};

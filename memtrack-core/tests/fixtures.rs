@@ -8,7 +8,7 @@
 
 use std::{io::Read, os::fd::AsRawFd};
 
-use memtrack::{CommandSpec, ProbePlacement, Stats, Tracker, UprobeLinks};
+use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Stats, Tracker, UprobeLinks};
 use memtrack_test_support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
@@ -192,7 +192,7 @@ fn fork_parent_and_child_each_exact() {
 /// counting tracker; then "go". Returns the counters from "go" to exit (exit status 0).
 fn run_protocol<L>(
     launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
-    at_ready: impl FnOnce(L) -> Tracker,
+    at_ready: impl FnOnce(L) -> ProcessTracker,
 ) -> Stats {
     let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
     let (go_r, go_w) = nix::unistd::pipe().unwrap();
@@ -213,7 +213,7 @@ fn run_protocol<L>(
 /// prestart_free run through the protocol: the counters must be the protocol mode's.
 fn prestart_protocol<L>(
     launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
-    at_ready: impl FnOnce(L) -> Tracker,
+    at_ready: impl FnOnce(L) -> ProcessTracker,
 ) {
     let stats = run_protocol(launch, at_ready);
     let d = diff(
@@ -324,7 +324,7 @@ fn copy_libraries(exe: &std::path::Path, root: &std::path::Path) -> Vec<std::pat
 
 /// The one tracked process running `exe` at the end, checked against `name`'s expected
 /// numbers; returns it.
-fn check_final_image(tracker: &Tracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
+fn check_final_image(tracker: &ProcessTracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
     let processes = tracker.collect_processes().unwrap();
     let process = processes
         .iter()

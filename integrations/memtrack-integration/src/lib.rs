@@ -118,7 +118,7 @@ impl Session {
             },
             Some(Err(e)) => format!("`memtrack run` is unreachable ({e})"),
         };
-        match Tracker::builder().scope(Scope::Thread).build() {
+        match Tracker::builder().build(Scope::Thread) {
             Ok(tracker) => (
                 Backend::InProcess(tracker),
                 format!(
@@ -249,12 +249,7 @@ impl Session {
         let Backend::InProcess(tracker) = &self.backend else {
             return Ok(None);
         };
-        let me = std::process::id();
-        let processes = tracker.collect_processes()?;
-        let Some(process) = processes.iter().find(|p| p.pid == me) else {
-            return Ok(None);
-        };
-        let mut result = MemtrackResult::from_process(process);
+        let mut result = MemtrackResult::from_process(&tracker.process()?);
         let mut total = Stats::default();
         for bench in benchmarks {
             total.merge(&bench.stats);
