@@ -360,10 +360,10 @@ impl FollowState {
             record
                 .process
                 .earlier_images
-                .push(crate::process::ImageStats {
-                    command: record.process.command.clone(),
-                    stats: self.shared.stats(&stats),
-                });
+                .push(crate::process::ImageStats::new(
+                    record.process.command.clone(),
+                    self.shared.stats(&stats),
+                ));
         }
     }
 
