@@ -2,23 +2,10 @@
 //! with named fields (rmp-serde), written atomically, read back with clear errors; and
 //! [`RunResults`], every process of one run, which the JSON report serialises.
 //!
-//! A file is a thin versioned envelope, [`MemtrackResult`]: `schema_version` and
-//! `memtrack_version` beside the fields of the process's [`TrackedProcess`] record, all
-//! in one flat map: `schema_version`, `memtrack_version`, `pid`, `ppid`, `command`,
-//! `started_ns`, `started_unix_ms`, `ended_ns`, `exit_code`, `exit_signal`, `allocator`,
-//! `probes`, `stats`, `earlier_images`, `benchmarks`.
-//!
-//! # Schema versions
-//!
-//! - **1**: the layout above; `stats.syscalls` is always a map.
-//! - **2** (written since `count_syscalls(false)` / `--no-syscalls` exist):
-//!   `stats.syscalls` is nil when the syscalls were not counted. Nothing else differs,
-//!   so version 1 files read as version 2 with `syscalls` present.
-//!
-//! `schema_version` is checked before anything else; fields added in later versions
-//! carry `#[serde(default)]` so older files stay readable; a file from a newer memtrack
-//! is refused with [`Error::FutureSchema`] naming the file. Real files written by each
-//! version are checked in under `tests/data/` and read by memtrack-core's tests.
+//! A file is a thin versioned envelope, [`MemtrackResult`], around the process's
+//! [`TrackedProcess`] record; [`SCHEMA_VERSION`] says what each version differs in.
+//! Real files written by each version are checked in under `tests/data/` and read by
+//! memtrack-core's tests.
 
 use std::{
     io::Write,
@@ -32,9 +19,18 @@ use crate::{
     process::{BenchmarkStats, TrackedProcess},
 };
 
-/// The schema version this build writes, and the newest it reads (see the
-/// [module docs](self) for what each version differs in). The JSON report carries the
-/// same number: its processes are the same records.
+/// The schema version this build writes, and the newest it reads. The JSON report
+/// ([`RunResults`]) carries the same number: its processes are the same records.
+///
+/// - **1**: `stats.syscalls` is always a map.
+/// - **2** (since `count_syscalls(false)` / `--no-syscalls`): `stats.syscalls` is nil
+///   when the syscalls were not counted. Nothing else differs, so version 1 files read
+///   as version 2 with `syscalls` present.
+///
+/// `schema_version` is checked before anything else; fields added in later versions
+/// carry `#[serde(default)]` so older files stay readable; a file from a newer memtrack
+/// is refused with [`Error::FutureSchema`] naming the file. The version changes only
+/// with the layout.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
@@ -47,7 +43,10 @@ fn this_version() -> String {
 }
 
 /// One result file: the record of one tracked process in a versioned envelope. On
-/// disk the envelope's fields and the process's sit side by side in one map.
+/// disk the envelope's fields and the process's sit side by side in one MessagePack map
+/// with named fields: `schema_version`, `memtrack_version`, `pid`, `ppid`, `command`,
+/// `started_ns`, `started_unix_ms`, `ended_ns`, `exit_code`, `exit_signal`,
+/// `allocator`, `probes`, `stats`, `earlier_images`, `benchmarks`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct MemtrackResult {
