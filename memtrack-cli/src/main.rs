@@ -11,7 +11,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use memtrack::{CommandSpec, MemtrackResult};
+use memtrack::{CommandSpec, RunResults};
 use memtrack_cli::{
     Error,
     report::{self, TextOptions},
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
             no_syscalls,
             cmd,
         } => run(output, json, probes, max_live_blocks, no_syscalls, cmd),
-        Command::Report { dir, json, probes } => match MemtrackResult::read_dir(&dir) {
+        Command::Report { dir, json, probes } => match RunResults::read_dir(&dir) {
             Ok(results) => {
                 print_report(&results, json, probes);
                 ExitCode::SUCCESS
@@ -94,12 +94,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_report(results: &[MemtrackResult], json: bool, probe_sites: bool) {
+fn print_report(results: &RunResults, json: bool, probe_sites: bool) {
     if json {
         println!("{}", report::render_json(results));
     } else {
-        let options = TextOptions { probe_sites };
-        print!("{}", report::render_text_with(results, options));
+        let options = TextOptions::with_probe_sites(probe_sites);
+        print!("{}", report::render_text_with(&results.processes, options));
     }
 }
 
@@ -143,7 +143,7 @@ fn run(
     };
     eprintln!(
         "memtrack: {} result file(s) and {} in {}",
-        outcome.results.len(),
+        outcome.results.processes.len(),
         fifo_protocol::MARKER_RESULT_FILE_NAME,
         outcome.dir.display()
     );

@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while tracking or reading results.
+/// Everything that can go wrong while tracking or reading results. New kinds of
+/// failure may be added (`#[non_exhaustive]`): match with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The process lacks the capabilities needed to load eBPF programs and attach uprobes.
     #[error(

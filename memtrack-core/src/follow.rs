@@ -357,10 +357,10 @@ impl FollowState {
             stats
         };
         if let (Some(stats), Some(record)) = (stats, self.shared.registry.lock().get_mut(&pid)) {
-            record.process.earlier_images.push(ImageStats {
-                command: record.process.command.clone(),
-                stats: self.shared.stats(&stats),
-            });
+            record.process.earlier_images.push(ImageStats::new(
+                record.process.command.clone(),
+                self.shared.stats(&stats),
+            ));
         }
     }
 

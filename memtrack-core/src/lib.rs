@@ -25,6 +25,11 @@
 //! its children, [`Tracker::builder`]`().spawn(...)` returns a [`ProcessTracker`], in
 //! which each process gets its own counters ([`ProcessTracker::collect_processes`]) and
 //! can be saved as a [`MemtrackResult`] file.
+//!
+//! One record per concept, the same in the API, the result files and the JSON report of
+//! `memtrack run`: [`TrackedProcess`] (a process, with its [`BenchmarkStats`] and
+//! [`ImageStats`]), [`Stats`] (counters); [`MemtrackResult`] (one file) and
+//! [`RunResults`] (a run) are versioned envelopes around them ([`SCHEMA_VERSION`]).
 
 #![warn(missing_docs)]
 
@@ -46,10 +51,10 @@ mod uprobe_multi;
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
 pub use privileges::can_track;
-pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
+pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
 pub use process_tracker::{ProcessTracker, TrackerControl};
-pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, RunResults, SCHEMA_VERSION};
 pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
-pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
+pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
 pub use tracker::{Scope, Tracker, TrackerBuilder};

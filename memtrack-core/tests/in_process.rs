@@ -18,10 +18,8 @@ fn process_scope() {
     let mut tracker = Tracker::new().unwrap();
 
     // Nothing between start and stop: exactly zero, every time (syscalls counted, 0).
-    let zero = memtrack::Stats {
-        syscalls: Some(memtrack::SyscallStats::default()),
-        ..memtrack::Stats::default()
-    };
+    let mut zero = memtrack::Stats::default();
+    zero.syscalls = Some(memtrack::SyscallStats::default());
     for round in 0..100 {
         tracker.reset().unwrap();
         tracker.start().unwrap();
