@@ -27,10 +27,12 @@
 
 #![warn(missing_docs)]
 
+mod bounded_read;
 mod detach;
 mod error;
 mod follow;
 mod loader;
+mod output_dir;
 mod privileges;
 mod process;
 mod results;
@@ -39,11 +41,15 @@ mod stats;
 mod tracker;
 mod uprobe_multi;
 
+pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
-pub use privileges::can_track;
+pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
+pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
-pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, SCHEMA_VERSION};
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
-pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder, TrackerControl};
+pub use tracker::{
+    ExitStatus, MAX_LIVE_BLOCKS, Scope, Tracker, TrackerBuilder, TrackerControl, live_map_bytes,
+};
