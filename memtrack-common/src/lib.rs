@@ -265,6 +265,8 @@ pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 /// Capacity of the `PENDING` map (threads inside an allocator call at once).
 pub const MAX_PENDING_CALLS: u32 = 16384;
 
+pub mod unwind;
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are #[repr(C)] with only integer fields and explicit padding,
@@ -274,4 +276,5 @@ mod pod {
     unsafe impl aya::Pod for super::LiveKey {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::FuncCounters {}
+    unsafe impl aya::Pod for super::unwind::UnwindRow {}
 }
