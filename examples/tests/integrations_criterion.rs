@@ -367,8 +367,12 @@ fn under_the_runner_byte_benchmarks_are_regions_and_no_baseline_is_touched() {
     let home = dir.path().join("criterion");
     let before = snapshot(&home);
     let Captured {
-        outcome, stdout, ..
+        outcome,
+        stdout,
+        stderr,
+        ..
     } = run_runner(ALLOC, &[], &home);
+    assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
     // No comparison of nanoseconds with the saved bytes, nothing overwritten.
     assert!(
         !stdout.contains("time:") && !stdout.contains("change:"),

@@ -64,19 +64,9 @@ struct Heap {
 
 impl Heap {
     fn new(quantity: Quantity) -> Heap {
-        let mode = crate::mode();
-        let counting = mode == Mode::InProcess;
+        let counting = crate::mode() == Mode::InProcess;
         if counting {
             COUNTING.fetch_add(1, Ordering::SeqCst);
-        } else if !TOLD.swap(true, Ordering::SeqCst) {
-            let why = match mode {
-                Mode::Runner => "under `memtrack run` the runner counts, not this process",
-                _ => "this process cannot count (no CAP_BPF/CAP_PERFMON)",
-            };
-            eprintln!(
-                "{INTEGRATION}: AllocatedBytes/AllocationCalls measure 0 here ({why}): criterion \
-                 reports those benchmarks as taking zero time and saves no baseline"
-            );
         }
         Heap {
             counting,
@@ -86,6 +76,19 @@ impl Heap {
 
     fn start(&self) -> Start {
         if !self.counting {
+            // Said once, when criterion first measures with one (a memory-only run under
+            // `memtrack run` never does).
+            if !TOLD.swap(true, Ordering::SeqCst) {
+                let why = match crate::mode() {
+                    Mode::Runner => "under `memtrack run` the runner counts, not this process",
+                    _ => "this process cannot count (no CAP_BPF/CAP_PERFMON)",
+                };
+                eprintln!(
+                    "{INTEGRATION}: AllocatedBytes/AllocationCalls measure 0 here ({why}): \
+                     criterion reports those benchmarks as taking zero time and saves no \
+                     baseline"
+                );
+            }
             return Start::Off;
         }
         let mut tracker = TRACKER.lock().unwrap_or_else(|p| p.into_inner());
