@@ -132,10 +132,12 @@ pub(crate) fn close_now(links: Vec<Detachable>) {
 /// a harness that counts its whole process right after a tracker closed must find the
 /// same thread history as without memtrack. Threads that exit leave their stacks in
 /// glibc's stack cache, and a thread the counted code starts then reuses one and frees
-/// what it held (measured: each helper thread of [`close_all`] added one unmatched
-/// `free` to a later count of a routine that starts a thread). The few links of one
-/// tracker close about as fast one after another (about 55 ms for its two uprobe_multi
-/// links and one raw tracepoint here).
+/// what it held (measured: with [`close_all`]'s helper threads, a later count of a
+/// routine that starts a thread saw one or two more unmatched `free`s than the runner's
+/// count of the same routine; without them, the same number). The few links of one
+/// tracker close about as fast one after another (8 closes of a tracker of this process,
+/// two uprobe_multi links and one raw tracepoint, here: 60-99 ms, median 70, one after
+/// another; 30-76 ms, median 68, in parallel).
 pub(crate) fn close_here(links: Vec<Detachable>) {
     if CLOSER_PID.load(Ordering::SeqCst) == std::process::id() {
         close_and_wait(Vec::new(), None);

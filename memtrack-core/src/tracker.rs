@@ -283,7 +283,7 @@ impl Tracker {
         self.shared.unattributed_lost_events()
     }
 
-    /// Detaches every probe and waits until the kernel has removed them: about 55 ms
+    /// Detaches every probe and waits until the kernel has removed them: about 70 ms
     /// here with uprobe_multi links, about 110 ms per probed function with perf-event
     /// links (BENCHMARKS.md). The links are closed on the calling thread, and no thread
     /// is started, so code that runs after `close` (a benchmark counted by the next

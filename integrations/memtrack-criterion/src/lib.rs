@@ -56,7 +56,7 @@
 //!
 //! - [`Mode::InProcess`] (privileged, not under the runner): the iteration gets a
 //!   tracker of the whole process (threads the routine starts count too), attached just
-//!   before it and closed just after it (about 0.15 s per benchmark), so nothing is
+//!   before it and closed just after it (about 0.2 s per benchmark), so nothing is
 //!   attached while criterion times.
 //! - [`Mode::Runner`] (`sudo memtrack run -- cargo bench`): the iteration is a benchmark
 //!   region of the runner, which counts the whole process inside it and reports and

@@ -62,7 +62,7 @@
 //!
 //! - [`Mode::InProcess`] (privileged, not under the runner): the counted call gets a
 //!   tracker of its own, of the whole process (threads the benchmark starts count too),
-//!   attached just before it and closed just after it (about 0.15 s per benchmark), so
+//!   attached just before it and closed just after it (about 0.2 s per benchmark), so
 //!   nothing is attached while divan times. [`main`] prints the table above, and every
 //!   counted benchmark is saved (after each one) as this process's
 //!   `{pid}.MemtrackResult.msgpack` in [`result_dir`] (`target/memtrack/divan/BINARY/`),

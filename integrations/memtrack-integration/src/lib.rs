@@ -226,8 +226,9 @@ impl Session {
     }
 
     /// Runs `routine` once as benchmark `uri`, counted in the whole process: a region of
-    /// the runner, or in-process a tracker made for this call (about 80 ms to attach),
-    /// started, stopped and closed (about 55 ms until the kernel has removed its probes)
+    /// the runner, or in-process a tracker made for this call (105-175 ms to attach
+    /// here), started, stopped and closed (60-100 ms until the kernel has removed its
+    /// probes)
     /// before this returns. Returns the routine's output, not yet dropped (so the caller
     /// drops it outside the count), and in-process the stats.
     ///
