@@ -35,6 +35,7 @@ mod privileges;
 mod process;
 mod results;
 mod spawn;
+pub mod stacks;
 mod stats;
 mod tracker;
 mod uprobe_multi;
