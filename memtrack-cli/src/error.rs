@@ -22,7 +22,16 @@ pub enum Error {
         source: fifo_protocol::Error,
     },
 
-    /// Writing a result file failed.
+    /// A stacks file could not be read or is inconsistent.
+    #[error("reading stacks from {path}: {reason}")]
+    Stacks {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// Writing a result file or an export failed.
     #[error("writing {path}: {source}")]
     Write {
         /// The file.

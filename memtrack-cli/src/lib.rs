@@ -7,7 +7,9 @@
 //! calls, public so that tests and tools can run the same code:
 //!
 //! - [`runner`]: run a command under the tracker with the FIFO server, write the results;
-//! - [`report`]: the human and JSON reports.
+//! - [`report`]: the human and JSON reports;
+//! - [`stack_profile`], [`symbolize`]: the allocation call stacks after the run,
+//!   symbolized.
 //!
 //! Benchmark harnesses embed the `memtrack` library (crate `memtrack-core`), not this
 //! crate: it pulls in clap, serde_json and the FIFO server, and installs signal handlers.
@@ -17,5 +19,7 @@
 mod error;
 pub mod report;
 pub mod runner;
+pub mod stack_profile;
+pub mod symbolize;
 
 pub use error::{Error, Result};

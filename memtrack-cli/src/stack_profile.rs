@@ -1,0 +1,395 @@
+//! The aggregated, symbolized stacks that every stacks view is made from (the terminal
+//! report and the DHAT, pprof and flamegraph exports): for one process and one scope (the
+//! whole process or one benchmark region), each stack's counters and its frames,
+//! innermost first, each return address expanded into its logical (inlined) frames.
+//!
+//! Where the stacks come from: until the result record carries them, each process's
+//! [`ProcessStacks`] is stored beside its result file as `{pid}.MemtrackStacks.msgpack`
+//! (a MessagePack map with named fields, as result files are); [`load_dir`] reads both.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use memtrack::{
+    MemtrackResult, Stats,
+    stacks::{ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
+};
+use serde::Serialize;
+
+use crate::{
+    Error, Result,
+    symbolize::{LogicalFrame, Symbols},
+};
+
+/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`.
+pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
+
+/// The frame shown for allocations whose stack was lost (the kernel's stack map full).
+pub const LOST_FRAME: &str = "[stack lost: stack map full]";
+/// The frame shown after the last frame of a stack that ended at a frame without unwind
+/// information.
+pub const UNKNOWN_FRAME: &str = "[unknown]";
+/// The frame shown after the last frame of a stack cut at the depth limit.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
+/// Writes `dir/{pid}.MemtrackStacks.msgpack` (creating `dir`), returning its path.
+pub fn write_stacks(dir: &Path, pid: u32, stacks: &ProcessStacks) -> Result<PathBuf> {
+    let path = dir.join(format!("{pid}{STACKS_FILE_SUFFIX}"));
+    let bytes = rmp_serde::to_vec_named(stacks).expect("stacks always serialise");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::File::create(&path)?.write_all(&bytes)
+    };
+    write().map_err(|e| Error::Write {
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    Ok(path)
+}
+
+/// Reads a stacks file and checks its references.
+pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
+    let invalid = |reason: String| Error::Stacks {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
+    let stacks: ProcessStacks = rmp_serde::from_slice(&bytes)
+        .map_err(|e| invalid(format!("truncated or corrupt MessagePack: {e}")))?;
+    stacks.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(stacks)
+}
+
+/// One process's saved result and, if they were recorded, its stacks.
+#[derive(Clone, Debug)]
+pub struct LoadedProcess {
+    /// The result file's contents.
+    pub result: MemtrackResult,
+    /// The stacks (None: none were recorded for it).
+    pub stacks: Option<ProcessStacks>,
+}
+
+/// Reads every result in `dir` (ordered by pid) with the stacks saved beside it.
+pub fn load_dir(dir: &Path) -> Result<Vec<LoadedProcess>> {
+    let results = MemtrackResult::read_dir(dir)?;
+    results
+        .into_iter()
+        .map(|result| {
+            let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", result.pid));
+            let stacks = if path.exists() {
+                Some(read_stacks(&path)?)
+            } else {
+                None
+            };
+            Ok(LoadedProcess { result, stacks })
+        })
+        .collect()
+}
+
+/// Which counters the views show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScopeChoice {
+    /// Each process's whole-process counters.
+    Process,
+    /// The benchmark region with this uri, in each process that ran it.
+    Benchmark(String),
+}
+
+/// Where a shown frame is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Place {
+    /// A return address inside an object file.
+    Object {
+        /// The object.
+        object: StackObject,
+        /// The return address, an ELF virtual address of the object.
+        address: u64,
+    },
+    /// A return address outside any file (runtime address).
+    Anonymous {
+        /// The runtime return address.
+        address: u64,
+    },
+    /// Not an address: `[unknown]`, `[truncated]`, or the lost stacks.
+    Marker(&'static str),
+}
+
+/// One physical frame of a shown stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShownFrame {
+    /// Where it is.
+    pub place: Place,
+    /// Its logical frames, innermost first; never empty: a frame without symbols has
+    /// one, named `object+0xADDRESS` (or `0xADDRESS`, or the marker).
+    pub logical: Vec<LogicalFrame>,
+    /// Whether `logical` comes from symbols (false: a name made up from the place).
+    pub symbolized: bool,
+}
+
+impl ShownFrame {
+    /// The address of the call this frame's return address follows (return address
+    /// minus one: what valgrind shows, and what `addr2line` resolves to the call's line);
+    /// None for markers.
+    pub fn call_site(&self) -> Option<u64> {
+        match self.place {
+            Place::Object { address, .. } | Place::Anonymous { address } => {
+                Some(address.saturating_sub(1))
+            }
+            Place::Marker(_) => None,
+        }
+    }
+
+    /// The object it is in, if any.
+    pub fn object(&self) -> Option<&StackObject> {
+        match &self.place {
+            Place::Object { object, .. } => Some(object),
+            _ => None,
+        }
+    }
+}
+
+/// One stack with its counters in the scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShownStack {
+    /// Its id in the process's stacks; None for the lost stacks.
+    pub id: Option<StackId>,
+    /// Its frames, innermost first, ending with a marker frame when unwinding did not
+    /// reach the outermost frame.
+    pub frames: Vec<ShownFrame>,
+    /// Its counters.
+    pub counts: StackCounts,
+}
+
+impl ShownStack {
+    /// Every logical frame, innermost first.
+    pub fn logical(&self) -> impl Iterator<Item = (&ShownFrame, &LogicalFrame)> {
+        self.frames
+            .iter()
+            .flat_map(|f| f.logical.iter().map(move |l| (f, l)))
+    }
+}
+
+/// One process's stacks in one scope, symbolized: what every view shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StackProfile {
+    /// Process id.
+    pub pid: u32,
+    /// Its command line.
+    pub command: Vec<String>,
+    /// The benchmark region shown, None for the whole process.
+    pub benchmark: Option<String>,
+    /// When tracking of the process began, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// When the scope began, `CLOCK_MONOTONIC` ns.
+    pub start_ns: u64,
+    /// When it ended, `CLOCK_MONOTONIC` ns.
+    pub end_ns: u64,
+    /// When its live bytes were highest (t-gmax), `CLOCK_MONOTONIC` ns.
+    pub peak_ns: Option<u64>,
+    /// The unwinder's depth limit, in frames.
+    pub depth_limit: u32,
+    /// The stacks with allocations in the scope, and the lost stacks (if any) last.
+    pub stacks: Vec<ShownStack>,
+    /// The sum of all of them.
+    pub total: StackCounts,
+    /// The scope's counters from the result file, to check the stacks against.
+    pub counters: Option<Stats>,
+    /// Objects whose frames could not be symbolized, and why.
+    pub problems: Vec<String>,
+}
+
+impl StackProfile {
+    /// "process 123" or "benchmark URI in process 123".
+    pub fn title(&self) -> String {
+        match &self.benchmark {
+            None => format!("process {}", self.pid),
+            Some(uri) => format!("benchmark {uri} in process {}", self.pid),
+        }
+    }
+
+    /// Where the per-stack totals differ from the scope's counters (empty: exact, or no
+    /// counters to compare with).
+    pub fn mismatches(&self) -> Vec<String> {
+        let Some(stats) = &self.counters else {
+            return Vec::new();
+        };
+        let t = &self.total;
+        [
+            ("blocks allocated", t.alloc_blocks, stats.alloc_calls),
+            ("bytes allocated", t.alloc_bytes, stats.bytes_allocated),
+            ("blocks freed", t.freed_blocks, stats.free_calls),
+            ("bytes freed", t.freed_bytes, stats.bytes_freed),
+            ("blocks live at end", t.live_blocks, stats.live_blocks),
+            ("bytes live at end", t.live_bytes, stats.live_bytes),
+            ("bytes at peak", t.at_peak_bytes, stats.peak_live_bytes),
+        ]
+        .into_iter()
+        .filter(|(_, stacks, counters)| stacks != counters)
+        .map(|(what, stacks, counters)| {
+            format!("{what}: {stacks} in the stacks, {counters} in the counters")
+        })
+        .collect()
+    }
+}
+
+/// The processes that have stacks for the chosen scope, symbolized (every distinct
+/// object and address once, across all of them), and the pids left out with why.
+pub fn resolve(
+    processes: &[LoadedProcess],
+    choice: &ScopeChoice,
+) -> (Vec<StackProfile>, Vec<(u32, String)>) {
+    let mut chosen = Vec::new();
+    let mut skipped = Vec::new();
+    for p in processes {
+        let Some(stacks) = &p.stacks else {
+            skipped.push((p.result.pid, "no stacks recorded".to_string()));
+            continue;
+        };
+        let scope = match choice {
+            ScopeChoice::Process => Some((&stacks.process, Some(p.result.stats.clone()))),
+            ScopeChoice::Benchmark(uri) => stacks.region(uri).map(|scope| {
+                let counters = p.result.benchmarks.iter().find(|b| &b.uri == uri);
+                (scope, counters.map(|b| b.stats.clone()))
+            }),
+        };
+        match scope {
+            Some((scope, counters)) => chosen.push((p, stacks, scope, counters)),
+            None => skipped.push((p.result.pid, "did not run that benchmark".to_string())),
+        }
+    }
+    let wanted = chosen.iter().flat_map(|(_, stacks, scope, _)| {
+        scope.entries.iter().flat_map(move |entry| {
+            stacks.stacks[entry.stack as usize]
+                .frames
+                .iter()
+                .filter_map(move |frame| {
+                    let object = &stacks.objects[frame.object? as usize];
+                    Some((object, frame.address))
+                })
+        })
+    });
+    let symbols = Symbols::resolve(wanted);
+    let profiles = chosen
+        .into_iter()
+        .map(|(p, stacks, scope, counters)| {
+            profile(&p.result, stacks, scope, counters, choice, &symbols)
+        })
+        .collect();
+    (profiles, skipped)
+}
+
+fn profile(
+    result: &MemtrackResult,
+    stacks: &ProcessStacks,
+    scope: &ScopeStacks,
+    counters: Option<Stats>,
+    choice: &ScopeChoice,
+    symbols: &Symbols,
+) -> StackProfile {
+    let mut shown: Vec<ShownStack> = scope
+        .entries
+        .iter()
+        .map(|entry| {
+            let stack = &stacks.stacks[entry.stack as usize];
+            let mut frames: Vec<ShownFrame> = stack
+                .frames
+                .iter()
+                .map(|frame| match frame.object {
+                    Some(object) => {
+                        let object = &stacks.objects[object as usize];
+                        shown_frame(object, frame.address, symbols)
+                    }
+                    None => made_up(
+                        Place::Anonymous {
+                            address: frame.address,
+                        },
+                        format!("{:#x}", frame.address.saturating_sub(1)),
+                    ),
+                })
+                .collect();
+            match stack.end {
+                StackEnd::Complete => {}
+                StackEnd::Unknown => frames.push(marker(UNKNOWN_FRAME)),
+                StackEnd::Truncated => frames.push(marker(TRUNCATED_FRAME)),
+            }
+            ShownStack {
+                id: Some(entry.stack),
+                frames,
+                counts: entry.counts.clone(),
+            }
+        })
+        .collect();
+    if !scope.lost.is_zero() {
+        shown.push(ShownStack {
+            id: None,
+            frames: vec![marker(LOST_FRAME)],
+            counts: scope.lost.clone(),
+        });
+    }
+    let mut objects: Vec<&StackObject> = shown
+        .iter()
+        .flat_map(|s| s.frames.iter().filter_map(ShownFrame::object))
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let problems = objects
+        .into_iter()
+        .filter_map(|o| symbols.status(o).and_then(|status| status.problem(o)))
+        .collect();
+    StackProfile {
+        pid: result.pid,
+        command: result.command.clone(),
+        benchmark: match choice {
+            ScopeChoice::Process => None,
+            ScopeChoice::Benchmark(uri) => Some(uri.clone()),
+        },
+        started_unix_ms: result.started_unix_ms,
+        start_ns: scope.start_ns,
+        end_ns: scope.end_ns,
+        peak_ns: scope.peak_ns,
+        depth_limit: stacks.depth_limit,
+        stacks: shown,
+        total: scope.total(),
+        counters,
+        problems,
+    }
+}
+
+fn shown_frame(object: &StackObject, address: u64, symbols: &Symbols) -> ShownFrame {
+    let place = Place::Object {
+        object: object.clone(),
+        address,
+    };
+    let logical = symbols.frames(object, address);
+    if logical.is_empty() {
+        let name = object.path.file_name().map_or_else(
+            || object.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        made_up(place, format!("{name}+{:#x}", address.saturating_sub(1)))
+    } else {
+        ShownFrame {
+            place,
+            logical: logical.to_vec(),
+            symbolized: true,
+        }
+    }
+}
+
+fn made_up(place: Place, name: String) -> ShownFrame {
+    ShownFrame {
+        place,
+        logical: vec![LogicalFrame {
+            function: name,
+            location: None,
+            inlined: false,
+        }],
+        symbolized: false,
+    }
+}
+
+fn marker(name: &'static str) -> ShownFrame {
+    made_up(Place::Marker(name), name.to_string())
+}
