@@ -8,8 +8,9 @@
 //!
 //! - [`runner`]: run a command under the tracker with the FIFO server, write the results;
 //! - [`report`]: the human and JSON reports;
-//! - [`stack_profile`], [`symbolize`]: the allocation call stacks after the run,
-//!   symbolized.
+//! - [`stack_profile`], [`symbolize`], [`stacks_report`], [`export`]: the allocation
+//!   call stacks after the run (`memtrack report --stacks`): symbolization, the terminal
+//!   view, and the DHAT, pprof and flamegraph exports.
 //!
 //! Benchmark harnesses embed the `memtrack` library (crate `memtrack-core`), not this
 //! crate: it pulls in clap, serde_json and the FIFO server, and installs signal handlers.
@@ -17,9 +18,11 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod export;
 pub mod report;
 pub mod runner;
 pub mod stack_profile;
+pub mod stacks_report;
 pub mod symbolize;
 
 pub use error::{Error, Result};

@@ -3,6 +3,8 @@
 //! ```text
 //! memtrack run [-o DIR] [--json] [--probes] [--max-live-blocks N] [--no-syscalls] -- CMD [ARGS...]
 //! memtrack report DIR [--json] [--probes]
+//! memtrack report --stacks DIR [--top N] [--benchmark URI] [--dhat FILE] [--pprof FILE]
+//!                 [--flamegraph-dir DIR]
 //! ```
 //! Progress and errors go to stderr; the report (text or JSON) to stdout. `run` exits
 //! with the command's own exit code (128 + signal if a signal killed it), 127 if the
@@ -13,9 +15,11 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use memtrack::{CommandSpec, MemtrackResult};
 use memtrack_cli::{
-    Error,
+    Error, export,
     report::{self, TextOptions},
     runner::RunOptions,
+    stack_profile::{self, ScopeChoice},
+    stacks_report::{self, StacksOptions},
 };
 
 #[derive(Parser)]
@@ -64,7 +68,36 @@ enum Command {
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
+        /// Show where the memory goes: the top allocation call stacks of each process
+        /// by bytes allocated, at peak and leaked, symbolized.
+        #[arg(long, conflicts_with_all = ["json", "probes"])]
+        stacks: bool,
+        /// How many stacks each ranking of --stacks lists.
+        #[arg(long, value_name = "N", default_value_t = 10, requires = "stacks")]
+        top: usize,
+        /// Show one benchmark region's stacks (by its uri) instead of whole processes.
+        #[arg(long, value_name = "URI", requires = "stacks")]
+        benchmark: Option<String>,
+        /// Also write the stacks in valgrind DHAT's JSON format (dh_view.html opens it);
+        /// with several processes, one file each, named FILE with the pid inserted.
+        #[arg(long, value_name = "FILE", requires = "stacks")]
+        dhat: Option<PathBuf>,
+        /// Also write the stacks as a gzipped pprof profile.proto.
+        #[arg(long, value_name = "FILE", requires = "stacks")]
+        pprof: Option<PathBuf>,
+        /// Also write flamegraph SVGs (allocated.svg, peak.svg, leaked.svg) into DIR.
+        #[arg(long, value_name = "DIR", requires = "stacks")]
+        flamegraph_dir: Option<PathBuf>,
     },
+}
+
+/// What `memtrack report --stacks` shows and writes.
+struct StacksRequest {
+    top: usize,
+    benchmark: Option<String>,
+    dhat: Option<PathBuf>,
+    pprof: Option<PathBuf>,
+    flamegraph_dir: Option<PathBuf>,
 }
 
 /// Exit code for memtrack's own failures (not the command's).
@@ -81,7 +114,34 @@ fn main() -> ExitCode {
             no_syscalls,
             cmd,
         } => run(output, json, probes, max_live_blocks, no_syscalls, cmd),
-        Command::Report { dir, json, probes } => match MemtrackResult::read_dir(&dir) {
+        Command::Report {
+            dir,
+            stacks: true,
+            top,
+            benchmark,
+            dhat,
+            pprof,
+            flamegraph_dir,
+            ..
+        } => {
+            let request = StacksRequest {
+                top,
+                benchmark,
+                dhat,
+                pprof,
+                flamegraph_dir,
+            };
+            match report_stacks(&dir, &request) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("memtrack: {e}");
+                    ExitCode::from(MEMTRACK_FAILURE)
+                }
+            }
+        }
+        Command::Report {
+            dir, json, probes, ..
+        } => match MemtrackResult::read_dir(&dir) {
             Ok(results) => {
                 print_report(&results, json, probes);
                 ExitCode::SUCCESS
@@ -101,6 +161,44 @@ fn print_report(results: &[MemtrackResult], json: bool, probe_sites: bool) {
         let options = TextOptions { probe_sites };
         print!("{}", report::render_text_with(results, options));
     }
+}
+
+/// `memtrack report --stacks`: symbolize, print the top stacks, write the exports.
+fn report_stacks(dir: &std::path::Path, request: &StacksRequest) -> memtrack_cli::Result<()> {
+    let processes = stack_profile::load_dir(dir)?;
+    let choice = match &request.benchmark {
+        None => ScopeChoice::Process,
+        Some(uri) => ScopeChoice::Benchmark(uri.clone()),
+    };
+    let (profiles, skipped) = stack_profile::resolve(&processes, &choice);
+    let exporting =
+        request.dhat.is_some() || request.pprof.is_some() || request.flamegraph_dir.is_some();
+    if profiles.is_empty() && exporting {
+        return Err(Error::Stacks {
+            path: dir.to_path_buf(),
+            reason: match &request.benchmark {
+                None => "no process there has stacks to export".to_string(),
+                Some(uri) => format!("no process there has stacks of benchmark {uri}"),
+            },
+        });
+    }
+    let options = StacksOptions { top: request.top };
+    print!("{}", stacks_report::render(&profiles, &skipped, options));
+    let mut written = Vec::new();
+    if let Some(path) = &request.dhat {
+        written.extend(export::dhat::write_all(&profiles, path)?);
+    }
+    if let Some(path) = &request.pprof {
+        export::pprof::write(&profiles, path)?;
+        written.push(path.clone());
+    }
+    if let Some(dir) = &request.flamegraph_dir {
+        written.extend(export::flamegraph::write_all(&profiles, dir)?);
+    }
+    for path in written {
+        eprintln!("memtrack: wrote {}", path.display());
+    }
+    Ok(())
 }
 
 /// The invoking user when started through sudo, so the command's files are theirs.

@@ -137,7 +137,7 @@ pub fn render_json(results: &[MemtrackResult]) -> String {
 }
 
 /// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking.
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     if n < 1024 {
         return format_bytes(n);
     }
