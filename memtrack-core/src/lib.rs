@@ -24,6 +24,10 @@
 //! native speed. To track a command and all its children, use
 //! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
 //! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
+//!
+//! [`stacks`] is the data model of allocation call stacks (in progress: the kernel side
+//! that records them is not wired yet); `memtrack report --stacks` (memtrack-cli)
+//! symbolizes and shows them.
 
 #![warn(missing_docs)]
 
