@@ -198,6 +198,8 @@ pub struct StackProfile {
     pub counters: Option<Stats>,
     /// Objects whose frames could not be symbolized, and why.
     pub problems: Vec<String>,
+    /// The uris of the process's benchmark regions that have stacks.
+    pub regions: Vec<String>,
 }
 
 impl StackProfile {
@@ -354,6 +356,7 @@ fn profile(
         total: scope.total(),
         counters,
         problems,
+        regions: stacks.regions.iter().map(|r| r.uri.clone()).collect(),
     }
 }
 

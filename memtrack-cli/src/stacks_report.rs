@@ -125,6 +125,13 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
     for problem in &p.problems {
         let _ = writeln!(out, "  note: {problem}");
     }
+    if p.benchmark.is_none() && !p.regions.is_empty() {
+        let _ = writeln!(
+            out,
+            "  benchmark regions (--benchmark URI shows one): {}",
+            p.regions.join(", ")
+        );
+    }
     let shown = shortest_distinguishing(&p.stacks);
     for (metric, heading) in RANKINGS {
         let total = metric.bytes(t);

@@ -474,6 +474,10 @@ fn report_stacks_writes_every_export() {
         stdout.starts_with("process 4242: ./call_tree\n"),
         "{stdout}"
     );
+    assert!(stdout.contains(
+        "\n  the stacks add up exactly to the counters\n  benchmark regions (--benchmark URI \
+         shows one): benches/decode.rs::load_other\n"
+    ));
     assert!(stdout.contains("  top 1 of 3 stacks by bytes allocated:\n"));
     assert!(
         stdout.ends_with("\nprocess 5000: no stacks recorded\n"),
