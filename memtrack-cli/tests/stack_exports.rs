@@ -290,6 +290,64 @@ fn pprof_export_decodes_back() {
     );
 }
 
+/// pprof itself (`go tool pprof`, independent of the message definitions memtrack
+/// writes with) reads the export: the values under their sample types, the inlined
+/// frame, the mapping's build id. Without Go the test says SKIPPED, unless
+/// MEMTRACK_REQUIRE_GO_PPROF=1 makes that a failure.
+#[test]
+fn go_pprof_reads_the_export() {
+    if Command::new("go").arg("version").output().is_err() {
+        assert!(
+            std::env::var_os("MEMTRACK_REQUIRE_GO_PPROF").is_none(),
+            "MEMTRACK_REQUIRE_GO_PPROF is set but `go` cannot run"
+        );
+        eprintln!("SKIPPED go_pprof_reads_the_export: no go (apt-get install golang-go)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memtrack.pb.gz");
+    pprof::write(&call_tree(), &path).unwrap();
+    let run = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&path)
+        .env("HOME", dir.path()) // pprof keeps its settings there
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let line = |site| site_line("call_tree.c", site);
+    let source = stack_fixtures::sources().join("call_tree.c");
+    let [first, _] = call_tree_stacks(&built().call_tree);
+    for wanted in [
+        "alloc_objects/count alloc_space/bytes[dflt] inuse_objects/count inuse_space/bytes \
+         peak_objects/count peak_space/bytes\n"
+            .to_string(),
+        "         10       1160          1        116          1        116: 1 2 3 4 \n"
+            .to_string(),
+        "          3        300          0          0          1        100: 1 5 6 \n".to_string(),
+        "          2         16          1          8          0          0: 7 \n".to_string(),
+        format!(
+            "     2: {:#x} M=1 parse_header {}:{} s=0\n             load {}:{} s=0\n",
+            first[1] - 1,
+            source.display(),
+            line("parse_header calls decode"),
+            source.display(),
+            line("load calls parse_header")
+        ),
+        format!(
+            "{} {} [FN][FL][LN][IN]",
+            built().call_tree.display(),
+            stack_fixtures::build_id(&built().call_tree).unwrap()
+        ),
+    ] {
+        assert!(stdout.contains(&wanted), "{wanted:?} not in:\n{stdout}");
+    }
+}
+
 #[test]
 fn flamegraphs_have_the_frames_of_each_metric() {
     let profiles = call_tree();
