@@ -34,17 +34,26 @@ pub const UNKNOWN_FRAME: &str = "[unknown]";
 /// The frame shown after the last frame of a stack cut at the depth limit.
 pub const TRUNCATED_FRAME: &str = "[truncated]";
 
-/// Writes `dir/{pid}.MemtrackStacks.msgpack` (creating `dir`), returning its path.
+/// Writes `dir/{pid}.MemtrackStacks.msgpack` (creating `dir`) atomically, as result
+/// files are written (a temporary file renamed into place), returning its path.
 pub fn write_stacks(dir: &Path, pid: u32, stacks: &ProcessStacks) -> Result<PathBuf> {
-    let path = dir.join(format!("{pid}{STACKS_FILE_SUFFIX}"));
+    let name = format!("{pid}{STACKS_FILE_SUFFIX}");
+    let path = dir.join(&name);
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let bytes = rmp_serde::to_vec_named(stacks).expect("stacks always serialise");
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        std::fs::File::create(&path)?.write_all(&bytes)
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)
     };
-    write().map_err(|e| Error::Write {
-        path: path.clone(),
-        source: Box::new(e),
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Write {
+            path: path.clone(),
+            source: Box::new(e),
+        }
     })?;
     Ok(path)
 }
