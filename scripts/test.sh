@@ -29,3 +29,8 @@ if [ "$(id -u)" -eq 0 ]; then
     echo "[test] benchmark smoke run: memtrack-benches --quick" >&2
     cargo run --locked -q -p memtrack-benches -- --quick > /dev/null
 fi
+# What a user outside this repository gets: cargo package --workspace with its
+# verification builds, and a new crate depending on memtrack-core by path whose
+# in-process Tracker test counts exactly; stable Rust only, no bpf-linker on PATH.
+echo "[test] packaging: scripts/check-packaging.sh" >&2
+bash scripts/check-packaging.sh

@@ -11,11 +11,11 @@
 //! tracker's own latencies are kept for benchmark 4 (one in-process tracker fewer to
 //! make and drop).
 
-use memtrack::Tracker;
+use memtrack::{Scope, Tracker};
 
 use crate::{
     BenchResult,
-    lifecycle::{self, End},
+    in_process::{self, End},
     samples::Samples,
     session::Session,
     workload,
@@ -56,7 +56,7 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     }
     eprintln!("  unrelated loops beside a counting in-process tracker");
     let ((beside, syscall_beside, tracker_counted_allocs), timings) =
-        lifecycle::drive(End::Close, |tracker| {
+        in_process::drive(End::Close, |tracker| {
             let (mut beside, mut syscall_beside) = (Samples::new(), Samples::new());
             for _ in 0..s.isolation_runs {
                 beside.push(run_loop(&pairs)?);
@@ -67,7 +67,9 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     session.tracker_timings.push(timings);
     eprintln!("  unrelated syscall loop beside a tracker that does not count syscalls");
     let syscall_beside_uncounted = {
-        let mut tracker = Tracker::builder().count_syscalls(false).build()?;
+        let mut tracker = Tracker::builder()
+            .count_syscalls(false)
+            .build(Scope::Process)?;
         tracker.start()?;
         let samples = (0..s.isolation_runs)
             .map(|_| run_loop(&syscalls))

@@ -8,41 +8,15 @@
 //! predecessor's detaching; a few dropped ones at the end give the drop latency. For
 //! spawned commands, the latencies every tracked run of the other benchmarks recorded.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use memtrack::Tracker;
-
-use crate::{BenchResult, samples::Samples, session::Session, workload::SpawnPhases};
-
-/// How a driven tracker ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
-    /// `Tracker::close()`: waits until the kernel has removed the probes.
-    Close,
-    /// A plain drop: returns at once, detaching continues in the background.
-    Drop,
-}
-
-/// One in-process tracker's latencies.
-#[derive(Clone, Copy, Debug)]
-pub struct TrackerTimings {
-    /// `Tracker::new()`.
-    new: Duration,
-    /// `start()`.
-    start: Duration,
-    /// `stop()`.
-    stop: Duration,
-    /// `collect()`.
-    collect: Duration,
-    /// `reset()`.
-    reset: Duration,
-    /// How the tracker ended.
-    end: End,
-    /// How long ending it took.
-    end_time: Duration,
-    /// Probe sites the tracker had attached (entry and return probes).
-    sites: usize,
-}
+use crate::{
+    BenchResult,
+    in_process::{End, TrackerTimings, drive},
+    samples::Samples,
+    session::Session,
+    workload::SpawnPhases,
+};
 
 /// One operation's latency over several repetitions, in nanoseconds.
 #[derive(Clone, Debug)]
@@ -51,52 +25,6 @@ pub struct LatencyRow {
     pub name: String,
     /// Its latencies, ns.
     pub samples_ns: Samples,
-}
-
-/// Times `f`.
-fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
-    let start = Instant::now();
-    let value = f();
-    (value, start.elapsed())
-}
-
-/// Makes an in-process tracker, starts it, runs `while_counting` (not timed), stops,
-/// collects, resets and ends it as `end` says, timing each tracker operation alone.
-pub fn drive<T>(
-    end: End,
-    while_counting: impl FnOnce(&Tracker) -> BenchResult<T>,
-) -> BenchResult<(T, TrackerTimings)> {
-    let (tracker, new) = timed(Tracker::new);
-    let mut tracker = tracker?;
-    let sites = tracker
-        .probes()
-        .iter()
-        .map(|p| 1 + usize::from(p.return_probe))
-        .sum();
-    let (r, start) = timed(|| tracker.start());
-    r?;
-    let value = while_counting(&tracker)?;
-    let (r, stop) = timed(|| tracker.stop());
-    r?;
-    let (r, collect) = timed(|| tracker.collect());
-    r?;
-    let (r, reset) = timed(|| tracker.reset());
-    r?;
-    let ((), end_time) = match end {
-        End::Close => timed(|| tracker.close()),
-        End::Drop => timed(|| drop(tracker)),
-    };
-    let timings = TrackerTimings {
-        new,
-        start,
-        stop,
-        collect,
-        reset,
-        end,
-        end_time,
-        sites,
-    };
-    Ok((value, timings))
 }
 
 /// Makes in-process trackers until the session holds `settings.lifecycle_iterations`

@@ -13,6 +13,7 @@
 //! run that counted inexactly (exit status 1: that is a correctness failure, not a
 //! performance one), nothing here fails on a figure.
 
+mod in_process;
 mod isolation;
 mod lifecycle;
 mod probe_cost;

@@ -7,7 +7,13 @@
 use std::fmt::Write;
 
 use memtrack::{ProbeInfo, ProbePlacement};
+use num_format::{Locale, ToFormattedString};
 use serde_json::Value as Json;
+use tabled::{
+    builder::Builder,
+    grid::config::Offset,
+    settings::{Alignment, Style, object::Columns, style::LineChar},
+};
 
 use crate::{
     isolation::IsolationResult,
@@ -81,15 +87,52 @@ fn fmt_ns(ns: f64) -> String {
 
 /// `n` with thousands separators: "1,000,000".
 fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
+    n.to_formatted_string(&Locale::en)
+}
+
+/// How a Markdown table column is aligned when rendered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Align {
+    /// Text: `|---|`.
+    Left,
+    /// Numbers: `|--:|`.
+    Right,
+}
+use Align::{Left, Right};
+
+/// A Markdown pipe table: the header, the alignment row (`---` or `--:` per column of
+/// `align`), then `rows`; cells are padded to their column's width (numbers to the
+/// right) so the source reads as a table too. Ends with an empty line.
+fn markdown_table(header: &[&str], align: &[Align], rows: Vec<Vec<String>>) -> String {
+    assert_eq!(header.len(), align.len(), "one alignment per column");
+    let mut builder = Builder::default();
+    builder.push_record(header.iter().copied());
+    let empty = rows.is_empty();
+    for row in rows {
+        assert_eq!(row.len(), header.len(), "{row:?}: one cell per column");
+        builder.push_record(row);
     }
-    out
+    if empty {
+        // The alignment row is the line above the first row: give it one to sit on.
+        builder.push_record(header.iter().map(|_| ""));
+    }
+    let mut table = builder.build();
+    table.with(Style::markdown());
+    for (column, _) in align.iter().enumerate().filter(|(_, a)| **a == Right) {
+        table
+            .modify(Columns::one(column), Alignment::right())
+            .modify((1, column), LineChar::horizontal(':', Offset::End(0)));
+    }
+    let mut text = table.to_string();
+    if empty {
+        let alignment_row_end = text
+            .match_indices('\n')
+            .nth(1)
+            .map_or(text.len(), |(i, _)| i);
+        text.truncate(alignment_row_end);
+    }
+    text.push_str("\n\n");
+    text
 }
 
 /// A duration in ns, in the unit that suits it.
@@ -138,31 +181,36 @@ fn unrelated_table(
     native: &Samples,
     besides: &[(&str, &Samples)],
 ) {
-    let _ = writeln!(
-        out,
-        "| unrelated {what} | ns per {unit}, best (median) | runs |\n|---|--:|--:|"
-    );
-    let _ = writeln!(
-        out,
-        "| no tracker anywhere | {} | {} |",
+    let mut rows = vec![vec![
+        "no tracker anywhere".to_string(),
         best_and_median(native),
-        native.len()
-    );
+        native.len().to_string(),
+    ]];
     for (label, beside) in besides {
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} |",
+        rows.push(vec![
+            label.to_string(),
             best_and_median(beside),
-            beside.len()
-        );
-        let _ = writeln!(
-            out,
-            "| ratio to native | {} ({}) | |",
-            fmt_ratio(beside.min() / native.min()),
-            fmt_ratio(beside.median() / native.median())
-        );
+            beside.len().to_string(),
+        ]);
+        rows.push(vec![
+            "ratio to native".to_string(),
+            format!(
+                "{} ({})",
+                fmt_ratio(beside.min() / native.min()),
+                fmt_ratio(beside.median() / native.median())
+            ),
+            String::new(),
+        ]);
     }
-    let _ = writeln!(out);
+    out.push_str(&markdown_table(
+        &[
+            &format!("unrelated {what}"),
+            &format!("ns per {unit}, best (median)"),
+            "runs",
+        ],
+        &[Left, Right, Right],
+        rows,
+    ));
 }
 
 /// A JSON object.
@@ -261,29 +309,36 @@ impl Report {
              (`start_enabled(false)`), ns, best of runs (median in brackets)\n",
             row.name
         );
-        let _ = writeln!(out, "| setup | wall | CPU | runs |\n|---|--:|--:|--:|");
-        for (name, p) in [
+        let mut rows: Vec<Vec<String>> = [
             ("untracked", &row.untracked),
             ("Cheapest, counting", &row.cheapest),
             ("Cheapest, counting off", off),
-        ] {
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {} | {} |",
+        ]
+        .into_iter()
+        .map(|(name, p)| {
+            vec![
+                name.to_string(),
                 best_and_median(&p.wall),
                 best_and_median(&p.cpu),
-                p.wall.len()
-            );
-        }
+                p.wall.len().to_string(),
+            ]
+        })
+        .collect();
         let share = |p: &PerOp| {
             (p.wall.min() - row.untracked.wall.min())
                 / (row.cheapest.wall.min() - row.untracked.wall.min())
         };
-        let _ = writeln!(
-            out,
-            "| counting off / counting, probe cost only (untracked subtracted) | {:.0}% | | |\n",
-            100.0 * share(off)
-        );
+        rows.push(vec![
+            "counting off / counting, probe cost only (untracked subtracted)".to_string(),
+            format!("{:.0}%", 100.0 * share(off)),
+            String::new(),
+            String::new(),
+        ]);
+        out.push_str(&markdown_table(
+            &["setup", "wall", "CPU", "runs"],
+            &[Left, Right, Right, Right],
+            rows,
+        ));
     }
 
     /// Benchmarks 1 and 2: one table per clock.
@@ -305,36 +360,48 @@ impl Report {
                 "### Cost per operation, {clock}: ns, best of runs (median in brackets); \
                  ratios of the bests\n"
             );
-            let _ = writeln!(
-                out,
-                "| operation | ops/run | untracked | Cheapest | FunctionEntry | \
-                 Cheapest / untracked | FunctionEntry / untracked | FunctionEntry / Cheapest \
-                 | runs (u/C/FE) |"
-            );
-            let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-            for row in &self.operations {
-                let untracked = pick(&row.untracked);
-                let cheapest = pick(&row.cheapest);
-                let entry = row.function_entry.as_ref().map(pick);
-                let (u, c) = (untracked.min(), cheapest.min());
-                let fe = entry.map(Samples::min);
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{} |",
-                    row.name,
-                    thousands(row.ops),
-                    best_and_median(untracked),
-                    best_and_median(cheapest),
-                    entry.map_or("-".into(), best_and_median),
-                    fmt_ratio(c / u),
-                    fe.map_or("-".into(), |fe| fmt_ratio(fe / u)),
-                    fe.map_or("-".into(), |fe| fmt_ratio(fe / c)),
-                    untracked.len(),
-                    cheapest.len(),
-                    entry.map_or(0, Samples::len),
-                );
-            }
-            let _ = writeln!(out);
+            let rows = self
+                .operations
+                .iter()
+                .map(|row| {
+                    let untracked = pick(&row.untracked);
+                    let cheapest = pick(&row.cheapest);
+                    let entry = row.function_entry.as_ref().map(pick);
+                    let (u, c) = (untracked.min(), cheapest.min());
+                    let fe = entry.map(Samples::min);
+                    vec![
+                        row.name.clone(),
+                        thousands(row.ops),
+                        best_and_median(untracked),
+                        best_and_median(cheapest),
+                        entry.map_or("-".into(), best_and_median),
+                        fmt_ratio(c / u),
+                        fe.map_or("-".into(), |fe| fmt_ratio(fe / u)),
+                        fe.map_or("-".into(), |fe| fmt_ratio(fe / c)),
+                        format!(
+                            "{}/{}/{}",
+                            untracked.len(),
+                            cheapest.len(),
+                            entry.map_or(0, Samples::len)
+                        ),
+                    ]
+                })
+                .collect();
+            out.push_str(&markdown_table(
+                &[
+                    "operation",
+                    "ops/run",
+                    "untracked",
+                    "Cheapest",
+                    "FunctionEntry",
+                    "Cheapest / untracked",
+                    "FunctionEntry / untracked",
+                    "FunctionEntry / Cheapest",
+                    "runs (u/C/FE)",
+                ],
+                &[Left, Right, Right, Right, Right, Right, Right, Right, Right],
+                rows,
+            ));
         }
     }
 
@@ -350,44 +417,59 @@ impl Report {
             t.threads,
             thousands(t.ops_per_thread)
         );
-        let _ = writeln!(
-            out,
-            "| setup | wall time | ns per pair (wall / pairs) | CPU ns per pair (all threads) | \
-             runs |\n|---|--:|--:|--:|--:|"
-        );
-        let rows = [
+        let mut rows: Vec<Vec<String>> = [
             ("untracked", u, &t.untracked_cpu_ns),
             ("tracked (Cheapest)", c, &t.tracked_cpu_ns),
-        ];
-        for (name, wall, cpu) in rows {
-            let _ = writeln!(
-                out,
-                "| {name} | {} ({}) | {} | {} | {} |",
-                fmt_duration(wall.min()),
-                fmt_duration(wall.median()),
+        ]
+        .into_iter()
+        .map(|(name, wall, cpu)| {
+            vec![
+                name.to_string(),
+                format!(
+                    "{} ({})",
+                    fmt_duration(wall.min()),
+                    fmt_duration(wall.median())
+                ),
                 fmt_ns(wall.min() / pairs),
                 fmt_ns(cpu.min() / pairs),
-                wall.len()
-            );
-        }
+                wall.len().to_string(),
+            ]
+        })
+        .collect();
         if let Some(single) = self.operations.first() {
-            let _ = writeln!(
-                out,
-                "| for comparison: 1 thread, tracked (Cheapest), the {} benchmark | | {} | {} | \
-                 {} |",
-                single.name,
+            rows.push(vec![
+                format!(
+                    "for comparison: 1 thread, tracked (Cheapest), the {} benchmark",
+                    single.name
+                ),
+                String::new(),
                 fmt_ns(single.cheapest.wall.min()),
                 fmt_ns(single.cheapest.cpu.min()),
-                single.cheapest.wall.len()
-            );
+                single.cheapest.wall.len().to_string(),
+            ]);
         }
-        let _ = writeln!(
-            out,
-            "| ratio tracked / untracked | {} ({}) | | {} | |\n",
-            fmt_ratio(c.min() / u.min()),
-            fmt_ratio(c.median() / u.median()),
-            fmt_ratio(t.tracked_cpu_ns.min() / t.untracked_cpu_ns.min())
-        );
+        rows.push(vec![
+            "ratio tracked / untracked".to_string(),
+            format!(
+                "{} ({})",
+                fmt_ratio(c.min() / u.min()),
+                fmt_ratio(c.median() / u.median())
+            ),
+            String::new(),
+            fmt_ratio(t.tracked_cpu_ns.min() / t.untracked_cpu_ns.min()),
+            String::new(),
+        ]);
+        out.push_str(&markdown_table(
+            &[
+                "setup",
+                "wall time",
+                "ns per pair (wall / pairs)",
+                "CPU ns per pair (all threads)",
+                "runs",
+            ],
+            &[Left, Right, Right, Right, Right],
+            rows,
+        ));
     }
 
     /// The count checks, one line per workload and placement.
@@ -400,39 +482,51 @@ impl Report {
             "### Counts of the tracked runs, above each program's baseline run (same \
              program, 0 operations)\n"
         );
-        let _ = writeln!(
-            out,
-            "| workload | placement | expected allocs / frees / bytes | counted | \
-             lost_events | exact |\n|---|---|--:|--:|--:|--:|"
-        );
-        for group in grouped_checks(&self.checks) {
-            let first = group[0];
-            let exact = group.iter().filter(|c| c.exact()).count();
-            // Show a failing run's numbers when there is one.
-            let shown = group.iter().find(|c| !c.exact()).unwrap_or(&first);
-            let lost: u64 = group
-                .iter()
-                .map(|c| c.lost_events + c.unattributed_lost_events)
-                .sum();
-            let e = &first.expected;
-            let m = &shown.measured;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} / {} / {} | {} / {} / {} | {} | {}/{} runs |",
-                first.workload,
-                placement_name(first.placement),
-                thousands(e.alloc_calls),
-                thousands(e.free_calls),
-                thousands(e.bytes_allocated),
-                thousands(m.alloc_calls),
-                thousands(m.free_calls),
-                thousands(m.bytes_allocated),
-                lost,
-                exact,
-                group.len()
-            );
-        }
-        let _ = writeln!(out);
+        let rows = grouped_checks(&self.checks)
+            .into_iter()
+            .map(|group| {
+                let first = group[0];
+                let exact = group.iter().filter(|c| c.exact()).count();
+                // Show a failing run's numbers when there is one.
+                let shown = group.iter().find(|c| !c.exact()).unwrap_or(&first);
+                let lost: u64 = group
+                    .iter()
+                    .map(|c| c.lost_events + c.unattributed_lost_events)
+                    .sum();
+                let e = &first.expected;
+                let m = &shown.measured;
+                vec![
+                    first.workload.clone(),
+                    placement_name(first.placement).to_string(),
+                    format!(
+                        "{} / {} / {}",
+                        thousands(e.alloc_calls),
+                        thousands(e.free_calls),
+                        thousands(e.bytes_allocated)
+                    ),
+                    format!(
+                        "{} / {} / {}",
+                        thousands(m.alloc_calls),
+                        thousands(m.free_calls),
+                        thousands(m.bytes_allocated)
+                    ),
+                    lost.to_string(),
+                    format!("{exact}/{} runs", group.len()),
+                ]
+            })
+            .collect();
+        out.push_str(&markdown_table(
+            &[
+                "workload",
+                "placement",
+                "expected allocs / frees / bytes",
+                "counted",
+                "lost_events",
+                "exact",
+            ],
+            &[Left, Left, Right, Right, Right, Right],
+            rows,
+        ));
     }
 
     /// Where each called function's probes sat, per placement.
@@ -442,42 +536,55 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "### Where the probes sat (every probed symbol of each function the workloads called)\n\n\
-             | function | object | placement | entry probe | kernel emulates it | return \
-             probe |\n|---|---|---|---|--:|---|"
+            "### Where the probes sat (every probed symbol of each function the workloads called)\n"
         );
         let mut sites = self.probe_sites.clone();
         sites.sort_by(|a, b| {
             (&a.1.function, placement_name(a.0)).cmp(&(&b.1.function, placement_name(b.0)))
         });
-        for (placement, p) in &sites {
-            let object = p.object.file_name().unwrap_or_default().to_string_lossy();
-            let instruction = if p.entry_instruction.is_empty() {
-                String::new()
-            } else {
-                format!(" `{}`", p.entry_instruction)
-            };
-            let ret = if p.return_probe {
-                format!("+{}", p.return_offset)
-            } else {
-                "none".into()
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {object} | {} | +{}{instruction} | {} | {ret} |",
-                p.function,
-                placement_name(*placement),
-                p.entry_offset,
-                if p.entry_emulated {
+        let rows = sites
+            .iter()
+            .map(|(placement, p)| {
+                let object = p.object.file_name().unwrap_or_default().to_string_lossy();
+                let instruction = if p.entry_instruction.is_empty() {
+                    String::new()
+                } else {
+                    format!(" `{}`", p.entry_instruction)
+                };
+                let ret = if p.return_probe {
+                    format!("+{}", p.return_offset)
+                } else {
+                    "none".into()
+                };
+                let emulated = if p.entry_emulated {
                     "yes"
                 } else if p.entry_instruction.is_empty() {
                     "not decoded"
                 } else {
                     "no (single-stepped)"
-                },
-            );
-        }
-        let _ = writeln!(out);
+                };
+                vec![
+                    p.function.clone(),
+                    object.into_owned(),
+                    placement_name(*placement).to_string(),
+                    format!("+{}{instruction}", p.entry_offset),
+                    emulated.to_string(),
+                    ret,
+                ]
+            })
+            .collect();
+        out.push_str(&markdown_table(
+            &[
+                "function",
+                "object",
+                "placement",
+                "entry probe",
+                "kernel emulates it",
+                "return probe",
+            ],
+            &[Left, Left, Left, Left, Right, Left],
+            rows,
+        ));
     }
 
     /// Benchmark 4, in-process and spawned trackers.
@@ -486,26 +593,27 @@ impl Report {
             return;
         }
         let _ = writeln!(out, "### Tracker latency\n");
-        let _ = writeln!(
-            out,
-            "| operation | median | min | max | samples |\n|---|--:|--:|--:|--:|"
-        );
-        for row in self.lifecycle.iter().chain(&self.spawn_latency) {
-            if row.samples_ns.is_empty() {
-                continue;
-            }
-            let s = &row.samples_ns;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} |",
-                row.name,
-                fmt_duration(s.median()),
-                fmt_duration(s.min()),
-                fmt_duration(s.max()),
-                s.len()
-            );
-        }
-        let _ = writeln!(out);
+        let rows = self
+            .lifecycle
+            .iter()
+            .chain(&self.spawn_latency)
+            .filter(|row| !row.samples_ns.is_empty())
+            .map(|row| {
+                let s = &row.samples_ns;
+                vec![
+                    row.name.clone(),
+                    fmt_duration(s.median()),
+                    fmt_duration(s.min()),
+                    fmt_duration(s.max()),
+                    s.len().to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&markdown_table(
+            &["operation", "median", "min", "max", "samples"],
+            &[Left, Right, Right, Right, Right],
+            rows,
+        ));
     }
 
     /// Benchmark 5.
@@ -737,5 +845,24 @@ mod tests {
         assert_eq!(fmt_ratio(13.44), "13.4x");
         assert_eq!(fmt_duration(2.7e9), "2.70 s");
         assert_eq!(fmt_duration(130e6), "130.0 ms");
+    }
+
+    #[test]
+    fn markdown_tables_align_numbers_right() {
+        let rows = vec![
+            vec!["malloc+free".to_string(), "1,000,000".to_string()],
+            vec!["x".to_string(), "9.3".to_string()],
+        ];
+        assert_eq!(
+            markdown_table(&["operation", "ns"], &[Left, Right], rows),
+            "| operation   |        ns |\n\
+             |-------------|----------:|\n\
+             | malloc+free | 1,000,000 |\n\
+             | x           |       9.3 |\n\n"
+        );
+        assert_eq!(
+            markdown_table(&["a", "b"], &[Right, Left], Vec::new()),
+            "| a | b |\n|--:|---|\n\n"
+        );
     }
 }

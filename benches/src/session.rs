@@ -12,7 +12,7 @@ use memtrack::{ProbeInfo, ProbePlacement};
 
 use crate::{
     BenchResult,
-    lifecycle::TrackerTimings,
+    in_process::TrackerTimings,
     programs::Programs,
     settings::Settings,
     workload::{self, Counts, Output, SpawnPhases, Workload},

@@ -30,7 +30,7 @@ pub struct Settings {
     pub lifecycle_iterations: usize,
     /// Runs of the unrelated loop, natively and beside a counting tracker.
     pub isolation_runs: usize,
-    /// End spawned trackers with `Tracker::close()` (waits ~70 ms for the kernel to
+    /// End spawned trackers with `ProcessTracker::close()` (waits ~70 ms for the kernel to
     /// remove the probes, so no detaching overlaps the next run) rather than a drop.
     pub close_spawned: bool,
 }

@@ -148,7 +148,7 @@ pub struct SpawnPhases {
     /// From the command's last instruction of note (its result line) until `wait`
     /// returned.
     pub exit_to_wait: Duration,
-    /// Ending the tracker: `Tracker::close()` (detach every probe and wait until the
+    /// Ending the tracker: `ProcessTracker::close()` (detach every probe and wait until the
     /// kernel has removed them) when `closed`, else a plain drop (returns at once; a
     /// background thread does that work, overlapping whatever runs next).
     pub end: Duration,
@@ -181,7 +181,7 @@ fn since(start_ns: u64, end_ns: f64) -> Duration {
 /// Runs `program args` under a tracker with `placement`, counting from its first
 /// instruction (or, without `counting`, with the probes attached but counting off
 /// throughout); its stdout goes to the file `stdout_path` (overwritten). With `close`
-/// the tracker ends with `Tracker::close()`, else with a plain drop.
+/// the tracker ends with `ProcessTracker::close()`, else with a plain drop.
 pub fn run_tracked(
     program: &Path,
     args: &[String],

@@ -14,7 +14,7 @@ use std::{
     process::{Command, Output},
 };
 
-use memtrack::{CommandSpec, MemtrackResult};
+use memtrack::{CommandSpec, RunResults, TrackedProcess};
 
 mod common;
 use common::{
@@ -99,7 +99,7 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
         ("three_blocks", THREE_BLOCKS),
         ("vec_grow_100", VEC_GROW_100),
     ] {
-        let read = MemtrackResult::read_dir(&results.join(id)).unwrap();
+        let read = RunResults::read_dir(&results.join(id)).unwrap().processes;
         assert_eq!(read.len(), 1, "{read:#?}");
         check_is_the_example(&read[0]);
         assert_eq!(read[0].benchmarks.len(), 1);
@@ -130,13 +130,15 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
         "second run:\n{stdout}"
     );
     // The second run's result replaced the first's.
-    let read = MemtrackResult::read_dir(&results.join("three_blocks")).unwrap();
+    let read = RunResults::read_dir(&results.join("three_blocks"))
+        .unwrap()
+        .processes;
     assert_eq!(read.len(), 1, "{read:#?}");
     assert_eq!(numbers(&read[0].benchmarks[0].stats), THREE_BLOCKS);
 }
 
 /// Checks that `result` is about the example's process.
-fn check_is_the_example(result: &MemtrackResult) {
+fn check_is_the_example(result: &TrackedProcess) {
     assert_ne!(result.pid, std::process::id());
     assert!(
         result
@@ -166,9 +168,9 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
     assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
 
     let got: Vec<(&str, _)> = outcome
-        .benchmarks
-        .iter()
-        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .results
+        .benchmarks()
+        .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
         .collect();
     assert_eq!(
         got,
@@ -177,11 +179,12 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
             ("vec_grow_100", VEC_GROW_100)
         ],
         "{:#?}",
-        outcome.benchmarks
+        outcome.results
     );
     // Only the regions count: the process is their sum, none of criterion's work.
     let process = outcome
         .results
+        .processes
         .iter()
         .find(|r| r.benchmarks.len() == 2)
         .expect("the example's result");
@@ -192,7 +195,7 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
     // Start and end markers around each region.
     assert_eq!(outcome.markers.markers.len(), 4, "{:#?}", outcome.markers);
     // Saved where asked, readable again.
-    let read = MemtrackResult::read_dir(&dir.path().join("results")).unwrap();
+    let read = RunResults::read_dir(&dir.path().join("results")).unwrap();
     assert_eq!(read, outcome.results);
 }
 

@@ -1,6 +1,6 @@
 //! memtrack-divan end to end, through the `divan_suite` example binary (three benchmarks
 //! with known allocations): in-process it prints the exact table after divan's output
-//! and saves one result file that `MemtrackResult::read_dir` (what `memtrack report`
+//! and saves one result file that `RunResults::read_dir` (what `memtrack report`
 //! uses) reads back with the exact numbers; under the runner each benchmark is one exact
 //! region; without privileges and without the runner it says so in one line and divan
 //! still runs.
@@ -13,7 +13,7 @@ use std::{
     process::{Command, Output},
 };
 
-use memtrack::{CommandSpec, MemtrackResult};
+use memtrack::{CommandSpec, RunResults};
 
 mod common;
 use common::{
@@ -85,7 +85,7 @@ fn in_process_divan_prints_the_exact_table_and_saves_results() {
 
     // One result file for the process, with every benchmark, read as `memtrack report`
     // reads it.
-    let results = MemtrackResult::read_dir(&dir).unwrap();
+    let results = RunResults::read_dir(&dir).unwrap().processes;
     assert_eq!(results.len(), 1, "{results:#?}");
     let result = &results[0];
     assert!(
@@ -117,7 +117,7 @@ fn in_process_divan_prints_the_exact_table_and_saves_results() {
 
     // Run again: the directory holds the latest run only.
     run_in_process(out.path());
-    let again = MemtrackResult::read_dir(&dir).unwrap();
+    let again = RunResults::read_dir(&dir).unwrap().processes;
     assert_eq!(again.len(), 1, "{again:#?}");
     assert_ne!(again[0].pid, result.pid);
     let got: Vec<(&str, Numbers)> = again[0]
@@ -148,12 +148,12 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
         "{stdout}"
     );
     let got: Vec<(&str, Numbers)> = outcome
-        .benchmarks
-        .iter()
-        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .results
+        .benchmarks()
+        .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
         .collect();
-    assert_eq!(got, EXPECTED, "{:#?}", outcome.benchmarks);
-    let read = MemtrackResult::read_dir(&dir.path().join("results")).unwrap();
+    assert_eq!(got, EXPECTED, "{:#?}", outcome.results);
+    let read = RunResults::read_dir(&dir.path().join("results")).unwrap();
     assert_eq!(read, outcome.results);
 }
 

@@ -6,7 +6,7 @@
 use memtrack_test_support::require_privileges;
 use std::path::PathBuf;
 
-use memtrack::{CommandSpec, MemtrackResult};
+use memtrack::{CommandSpec, RunResults, TrackedProcess};
 use memtrack_cli::runner::RunOptions;
 
 fn run(spec: CommandSpec) -> (memtrack_cli::runner::RunOutcome, tempfile::TempDir) {
@@ -26,9 +26,9 @@ type Row<'a> = (&'a str, u64, u64, u64, u64, u64, u64, u64);
 fn check_regions(outcome: &memtrack_cli::runner::RunOutcome) {
     assert_eq!(outcome.exit.code, Some(0));
     let got: Vec<Row> = outcome
-        .benchmarks
-        .iter()
-        .map(|b| {
+        .results
+        .benchmarks()
+        .map(|(_, b)| {
             let s = &b.stats;
             (
                 b.uri.as_str(),
@@ -59,11 +59,11 @@ fn check_regions(outcome: &memtrack_cli::runner::RunOutcome) {
             ),
         ],
         "{:#?}",
-        outcome.benchmarks
+        outcome.results
     );
     // The process result is the sum of its regions: none of the noise.
-    assert_eq!(outcome.results.len(), 1);
-    let process = &outcome.results[0].stats;
+    assert_eq!(outcome.results.processes.len(), 1);
+    let process = &outcome.results.processes[0].stats;
     assert_eq!(
         (
             process.alloc_calls,
@@ -88,16 +88,18 @@ fn regions_are_exact_and_noise_is_not_counted() {
     let (outcome, dir) = run(CommandSpec::new(env!("CARGO_BIN_EXE_marked_regions")));
     check_regions(&outcome);
     // Everything is in the directory too, and reads back the same.
-    let read = MemtrackResult::read_dir(dir.path()).unwrap();
+    let read = RunResults::read_dir(dir.path()).unwrap();
     assert_eq!(read, outcome.results);
     let markers =
         fifo_protocol::MarkerResult::read_from(&dir.path().join("MarkerResult.msgpack")).unwrap();
     assert_eq!(markers, outcome.markers);
     let json = memtrack_cli::report::render_json(&read);
     let value: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(value["benchmarks"][2]["uri"], "marked_regions::thousand");
-    assert_eq!(value["benchmarks"][2]["stats"]["alloc_calls"], 1000);
-    assert_eq!(value["processes"][0]["stats"]["alloc_calls"], 1110);
+    assert_eq!(value["schema_version"], memtrack::SCHEMA_VERSION);
+    let process = &value["processes"][0];
+    assert_eq!(process["benchmarks"][2]["uri"], "marked_regions::thousand");
+    assert_eq!(process["benchmarks"][2]["stats"]["alloc_calls"], 1000);
+    assert_eq!(process["stats"]["alloc_calls"], 1110);
 }
 
 #[test]
@@ -125,14 +127,14 @@ fn shell_command_gets_one_result_per_process_with_parents() {
     let script = format!("/bin/true; {} & wait", fixture.display());
     let (outcome, dir) = run(CommandSpec::new("sh").args(["-c", &script]));
     assert_eq!(outcome.exit.code, Some(0));
-    let results = MemtrackResult::read_dir(dir.path()).unwrap();
+    let results = RunResults::read_dir(dir.path()).unwrap().processes;
     assert_eq!(results.len(), 3, "{results:#?}");
     let shell = results
         .iter()
         .find(|r| r.command.first().is_some_and(|c| c == "sh"))
         .unwrap();
     assert_eq!(shell.ppid, std::process::id());
-    let children: Vec<&MemtrackResult> = results.iter().filter(|r| r.pid != shell.pid).collect();
+    let children: Vec<&TrackedProcess> = results.iter().filter(|r| r.pid != shell.pid).collect();
     assert!(
         children.iter().all(|c| c.ppid == shell.pid),
         "{children:#?}"

@@ -13,7 +13,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use memtrack::{CommandSpec, MemtrackResult};
+use memtrack::{CommandSpec, RunResults};
 use memtrack_cli::{
     Error, export,
     report::{self, TextOptions},
@@ -141,7 +141,7 @@ fn main() -> ExitCode {
         }
         Command::Report {
             dir, json, probes, ..
-        } => match MemtrackResult::read_dir(&dir) {
+        } => match RunResults::read_dir(&dir) {
             Ok(results) => {
                 print_report(&results, json, probes);
                 ExitCode::SUCCESS
@@ -154,12 +154,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_report(results: &[MemtrackResult], json: bool, probe_sites: bool) {
+fn print_report(results: &RunResults, json: bool, probe_sites: bool) {
     if json {
         println!("{}", report::render_json(results));
     } else {
-        let options = TextOptions { probe_sites };
-        print!("{}", report::render_text_with(results, options));
+        let options = TextOptions::with_probe_sites(probe_sites);
+        print!("{}", report::render_text_with(&results.processes, options));
     }
 }
 
@@ -241,7 +241,7 @@ fn run(
     };
     eprintln!(
         "memtrack: {} result file(s) and {} in {}",
-        outcome.results.len(),
+        outcome.results.processes.len(),
         fifo_protocol::MARKER_RESULT_FILE_NAME,
         outcome.dir.display()
     );

@@ -1,223 +1,142 @@
-//! Renders results for people (aligned tables, sizes in B/KiB/MiB) and for programs
-//! (one JSON object), for `memtrack run` and `memtrack report`.
+//! Renders results for people (aligned columns, sizes in B/KiB/MiB beside the exact
+//! bytes) and for programs (one JSON object), for `memtrack run` and `memtrack report`.
+//!
+//! Both are made from memtrack's own records: the text from [`TrackedProcess`]es, the
+//! JSON by serialising [`RunResults`] (`{"schema_version", "memtrack_version",
+//! "processes": [...]}`, each process with its `stats` and `benchmarks`), so the JSON
+//! report has the same fields and the same schema version as the result files.
 
-use serde::Serialize;
+use humansize::{BINARY, format_size};
+use num_format::{Locale, ToFormattedString};
+use tabled::{
+    builder::Builder,
+    settings::{Padding, Style, Width, object::Columns},
+};
 
-use memtrack::{AllocatorStatus, MemtrackResult, ProbeInfo, Stats, format_bytes};
+use memtrack::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
 
 /// What the human report shows besides the numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TextOptions {
     /// List where each process's probes sit (`memtrack run --probes`): function,
     /// object, file offset, the entry probe's offset and instruction, the return probe.
     pub probe_sites: bool,
 }
 
-/// One benchmark region's counters, for reports.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct BenchmarkReport {
-    /// The benchmark's uri (e.g. `benches/alloc.rs::vec_push`).
-    pub uri: String,
-    /// The process it ran in.
-    pub pid: u32,
-    /// Its counters (only calls made inside the benchmark's regions).
-    pub stats: Stats,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probe_sites_say_where_and_how() {
-        let probe = ProbeInfo {
-            function: "malloc".into(),
-            aliases: vec![],
-            object: "/lib/libc.so.6".into(),
-            symbol: "malloc".into(),
-            file_offset: 0x98930,
-            entry_offset: 0,
-            entry_instruction: "push %r12".into(),
-            entry_emulated: true,
-            return_probe: true,
-            return_offset: 0,
-        };
-        assert_eq!(
-            probe_line(&probe),
-            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 `push %r12` (emulated), \
-             return +0"
-        );
-        let free = ProbeInfo {
-            function: "free".into(),
-            aliases: vec!["cfree".into()],
-            symbol: "free".into(),
-            file_offset: 0x98ef0,
-            entry_offset: 3,
-            entry_instruction: "je 0x98fb8".into(),
-            return_probe: false,
-            ..probe.clone()
-        };
-        assert_eq!(
-            probe_line(&free),
-            "probe free (also cfree): /lib/libc.so.6 at 0x98ef0, entry +3 `je 0x98fb8` \
-             (emulated), no return probe"
-        );
-        let entry = ProbeInfo {
-            entry_instruction: String::new(),
-            entry_emulated: false,
-            ..probe
-        };
-        assert_eq!(
-            probe_line(&entry),
-            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 (single-stepped), return +0"
-        );
-    }
-
-    #[test]
-    fn bytes_are_rounded_and_exact() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(104_000), "101.6 KiB (104,000 B)");
-        assert_eq!(bytes(1_048_576), "1.0 MiB (1,048,576 B)");
+impl TextOptions {
+    /// The default report, with probe sites listed or not.
+    pub fn with_probe_sites(probe_sites: bool) -> Self {
+        TextOptions { probe_sites }
     }
 }
 
-#[derive(Serialize)]
-struct JsonProcess<'a> {
-    pid: u32,
-    ppid: u32,
-    command: &'a [String],
-    exit_code: Option<i32>,
-    exit_signal: Option<i32>,
-    allocator_recognised: bool,
-    stats: &'a Stats,
-    probes: &'a [ProbeInfo],
+/// The JSON report: [`RunResults`] serialised, pretty-printed.
+pub fn render_json(results: &RunResults) -> String {
+    serde_json::to_string_pretty(results).expect("results always serialise")
 }
 
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    processes: Vec<JsonProcess<'a>>,
-    benchmarks: &'a [BenchmarkReport],
+/// A count with thousands separated: `1,048,576`.
+fn exact(n: u64) -> String {
+    n.to_formatted_string(&Locale::en)
 }
 
-/// Every benchmark region of every result, in pid order then region order.
-pub fn benchmarks_of(results: &[MemtrackResult]) -> Vec<BenchmarkReport> {
-    results
-        .iter()
-        .flat_map(|r| {
-            r.benchmarks.iter().map(|b| BenchmarkReport {
-                uri: b.uri.clone(),
-                pid: r.pid,
-                stats: b.stats.clone(),
-            })
-        })
-        .collect()
+/// A byte count rounded in binary units: `512 B`, `1.5 KiB`, `1 MiB`.
+fn size(n: u64) -> String {
+    format_size(n, BINARY.decimal_places(1))
 }
 
-/// The JSON report: `{"processes": [{pid, ppid, command, stats, ..}], "benchmarks":
-/// [{uri, pid, stats}]}`, with `stats` using [`Stats`]'s field names.
-pub fn render_json(results: &[MemtrackResult]) -> String {
-    let benchmarks = benchmarks_of(results);
-    let report = JsonReport {
-        processes: results
-            .iter()
-            .map(|r| JsonProcess {
-                pid: r.pid,
-                ppid: r.ppid,
-                command: &r.command,
-                exit_code: r.exit_code,
-                exit_signal: r.exit_signal,
-                allocator_recognised: r.allocator == AllocatorStatus::Probed,
-                stats: &r.stats,
-                probes: &r.probes,
-            })
-            .collect(),
-        benchmarks: &benchmarks,
-    };
-    serde_json::to_string_pretty(&report).expect("reports always serialise")
-}
-
-/// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking.
+/// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking (`512 B` alone below
+/// 1 KiB, where both are the same).
 pub(crate) fn bytes(n: u64) -> String {
     if n < 1024 {
-        return format_bytes(n);
+        return size(n);
     }
-    let digits = n.to_string();
-    let mut grouped = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    format!("{} ({grouped} B)", format_bytes(n))
+    format!("{} ({} B)", size(n), exact(n))
 }
 
-fn stats_lines(stats: &Stats, indent: &str) -> String {
+/// The width of the widest label of [`stats_rows`] (`mmap/munmap/brk`, `unmatched
+/// frees`): every block's values start in the same column, whichever rows it has.
+const LABEL_WIDTH: usize = 15;
+
+/// `rows` as two columns, labels left-aligned and at least [`LABEL_WIDTH`] wide, one
+/// space between, each line indented.
+fn aligned(rows: Vec<[String; 2]>, indent: &str) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut table = Builder::from(rows.into_iter().map(Vec::from).collect::<Vec<_>>()).build();
+    table
+        .with(Style::empty())
+        .with(Padding::zero())
+        .modify(Columns::one(1), Padding::new(1, 0, 0, 0))
+        .modify(Columns::one(0), Width::increase(LABEL_WIDTH));
     let mut out = String::new();
-    let mut line = |label: &str, value: String| {
-        out.push_str(&format!("{indent}{label:<18} {value}\n"));
-    };
-    line(
+    for line in table.to_string().lines() {
+        // Values are padded to the widest one: no line ends in spaces.
+        out.push_str(indent);
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The label/value rows of a set of counters.
+fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
+    let mut rows = Vec::new();
+    let mut row = |label: &str, value: String| rows.push([label.to_string(), value]);
+    let blocks = |n: u64, b: u64| format!("{} blocks, {}", exact(n), bytes(b));
+    row(
         "allocations",
-        format!(
-            "{} blocks, {}",
-            stats.alloc_calls,
-            bytes(stats.bytes_allocated)
-        ),
+        blocks(stats.alloc_calls, stats.bytes_allocated),
     );
-    line(
-        "frees",
-        format!("{} blocks, {}", stats.free_calls, bytes(stats.bytes_freed)),
-    );
-    line(
-        "live at end",
-        format!("{} blocks, {}", stats.live_blocks, bytes(stats.live_bytes)),
-    );
-    line("peak live", bytes(stats.peak_live_bytes));
+    row("frees", blocks(stats.free_calls, stats.bytes_freed));
+    row("live at end", blocks(stats.live_blocks, stats.live_bytes));
+    row("peak live", bytes(stats.peak_live_bytes));
     if stats.failed_allocs != 0 {
-        line("failed allocs", stats.failed_allocs.to_string());
+        row("failed allocs", exact(stats.failed_allocs));
     }
     if stats.unmatched_frees != 0 {
-        line(
+        row(
             "unmatched frees",
             format!(
                 "{} (pointers memtrack did not see allocated)",
-                stats.unmatched_frees
+                exact(stats.unmatched_frees)
             ),
         );
     }
     if stats.lost_events != 0 {
-        line(
+        row(
             "LOST EVENTS",
-            format!("{} (numbers above are not exact)", stats.lost_events),
+            format!("{} (numbers above are not exact)", exact(stats.lost_events)),
         );
     }
     match &stats.syscalls {
-        Some(s) if s.mmap_calls + s.munmap_calls + s.brk_calls != 0 => line(
+        Some(s) if s.mmap_calls + s.munmap_calls + s.brk_calls != 0 => row(
             "mmap/munmap/brk",
             format!(
                 "{} mmap ({}), {} munmap ({}), {} brk (+{} / -{})",
-                s.mmap_calls,
-                format_bytes(s.mmap_bytes),
-                s.munmap_calls,
-                format_bytes(s.munmap_bytes),
-                s.brk_calls,
-                format_bytes(s.brk_grown_bytes),
-                format_bytes(s.brk_shrunk_bytes)
+                exact(s.mmap_calls),
+                size(s.mmap_bytes),
+                exact(s.munmap_calls),
+                size(s.munmap_bytes),
+                exact(s.brk_calls),
+                size(s.brk_grown_bytes),
+                size(s.brk_shrunk_bytes)
             ),
         ),
         Some(_) => {}
-        None => line("mmap/munmap/brk", "not counted".to_string()),
+        None => row("mmap/munmap/brk", "not counted".to_string()),
     }
     if !stats.functions.is_empty() {
         let calls: Vec<String> = stats
             .functions
             .iter()
-            .map(|(name, f)| format!("{name} {}", f.calls))
+            .map(|(name, f)| format!("{name} {}", exact(f.calls)))
             .collect();
-        line("calls", calls.join(", "));
+        row("calls", calls.join(", "));
     }
-    out
+    rows
 }
 
 /// One probe site, for people.
@@ -252,37 +171,36 @@ fn probe_line(p: &ProbeInfo) -> String {
 }
 
 /// The human report: one block per process, then one per benchmark.
-pub fn render_text(results: &[MemtrackResult]) -> String {
-    render_text_with(results, TextOptions::default())
+pub fn render_text(processes: &[TrackedProcess]) -> String {
+    render_text_with(processes, TextOptions::default())
 }
 
 /// The human report, with what `options` adds.
-pub fn render_text_with(results: &[MemtrackResult], options: TextOptions) -> String {
-    let benchmarks = benchmarks_of(results);
+pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> String {
     let mut out = String::new();
-    for r in results {
-        let exit = match (r.exit_code, r.exit_signal) {
+    for p in processes {
+        let exit = match (p.exit_code, p.exit_signal) {
             (Some(code), _) => format!("exit {code}"),
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => "still running".to_string(),
         };
         out.push_str(&format!(
             "process {} (parent {}): {} [{exit}]\n",
-            r.pid,
-            r.ppid,
-            r.command.join(" ")
+            p.pid,
+            p.ppid,
+            p.command.join(" ")
         ));
-        for image in &r.earlier_images {
+        for image in &p.earlier_images {
             out.push_str(&format!(
                 "  before exec, as {}: {} blocks, {} allocated, {} live at exec\n",
                 image.command.join(" "),
-                image.stats.alloc_calls,
+                exact(image.stats.alloc_calls),
                 bytes(image.stats.bytes_allocated),
                 bytes(image.stats.live_bytes)
             ));
         }
-        match &r.allocator {
-            AllocatorStatus::Probed => out.push_str(&stats_lines(&r.stats, "  ")),
+        match &p.allocator {
+            AllocatorStatus::Probed => out.push_str(&aligned(stats_rows(&p.stats), "  ")),
             AllocatorStatus::NotRecognised { reason } => {
                 out.push_str(&format!(
                     "  allocator not recognised: heap not measured ({reason})\n"
@@ -290,14 +208,201 @@ pub fn render_text_with(results: &[MemtrackResult], options: TextOptions) -> Str
             }
         }
         if options.probe_sites {
-            for probe in &r.probes {
+            for probe in &p.probes {
                 out.push_str(&format!("  {}\n", probe_line(probe)));
             }
         }
     }
-    for b in &benchmarks {
-        out.push_str(&format!("benchmark {} (process {})\n", b.uri, b.pid));
-        out.push_str(&stats_lines(&b.stats, "  "));
+    for p in processes {
+        for b in &p.benchmarks {
+            out.push_str(&format!("benchmark {} (process {})\n", b.uri, p.pid));
+            out.push_str(&aligned(stats_rows(&b.stats), "  "));
+        }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memtrack::{BenchmarkStats, ImageStats, SyscallStats};
+
+    fn malloc_probe() -> ProbeInfo {
+        ProbeInfo {
+            function: "malloc".into(),
+            aliases: vec![],
+            object: "/lib/libc.so.6".into(),
+            symbol: "malloc".into(),
+            file_offset: 0x98930,
+            entry_offset: 0,
+            entry_instruction: "push %r12".into(),
+            entry_emulated: true,
+            return_probe: true,
+            return_offset: 0,
+        }
+    }
+
+    #[test]
+    fn probe_sites_say_where_and_how() {
+        let probe = malloc_probe();
+        assert_eq!(
+            probe_line(&probe),
+            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 `push %r12` (emulated), \
+             return +0"
+        );
+        let free = ProbeInfo {
+            function: "free".into(),
+            aliases: vec!["cfree".into()],
+            symbol: "free".into(),
+            file_offset: 0x98ef0,
+            entry_offset: 3,
+            entry_instruction: "je 0x98fb8".into(),
+            return_probe: false,
+            ..probe.clone()
+        };
+        assert_eq!(
+            probe_line(&free),
+            "probe free (also cfree): /lib/libc.so.6 at 0x98ef0, entry +3 `je 0x98fb8` \
+             (emulated), no return probe"
+        );
+        let entry = ProbeInfo {
+            entry_instruction: String::new(),
+            entry_emulated: false,
+            ..probe
+        };
+        assert_eq!(
+            probe_line(&entry),
+            "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 (single-stepped), return +0"
+        );
+    }
+
+    #[test]
+    fn bytes_are_rounded_and_exact() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB (1,536 B)");
+        assert_eq!(bytes(104_000), "101.6 KiB (104,000 B)");
+        assert_eq!(bytes(1_048_576), "1 MiB (1,048,576 B)");
+        assert_eq!(bytes(3 << 30 | 1 << 29), "3.5 GiB (3,758,096,384 B)");
+        assert_eq!(size(8192), "8 KiB");
+    }
+
+    /// A process with counters of every kind, an earlier image and a benchmark, and one
+    /// whose allocator was not recognised.
+    fn sample() -> Vec<TrackedProcess> {
+        let mut stats = Stats::default();
+        stats.alloc_calls = 1110;
+        stats.bytes_allocated = 39_400;
+        stats.free_calls = 110;
+        stats.bytes_freed = 7400;
+        stats.live_blocks = 1000;
+        stats.live_bytes = 32_000;
+        stats.peak_live_bytes = 32_000;
+        stats.failed_allocs = 1;
+        stats.unmatched_frees = 2;
+        stats.lost_events = 3;
+        let mut syscalls = SyscallStats::default();
+        syscalls.mmap_calls = 4;
+        syscalls.mmap_bytes = 16_384;
+        syscalls.brk_calls = 2;
+        syscalls.brk_grown_bytes = 135_168;
+        stats.syscalls = Some(syscalls);
+        let mut malloc = memtrack::FunctionStats::default();
+        malloc.calls = 1110;
+        stats.functions.insert("malloc".into(), malloc);
+        let mut free = memtrack::FunctionStats::default();
+        free.calls = 112;
+        stats.functions.insert("free".into(), free);
+
+        let mut main = TrackedProcess::new(42, 1, vec!["prog".into(), "--fast".into()]);
+        main.exit_code = Some(0);
+        main.allocator = AllocatorStatus::Probed;
+        main.probes = vec![malloc_probe()];
+        let mut before = Stats::default();
+        before.alloc_calls = 2;
+        before.bytes_allocated = 2048;
+        before.live_bytes = 1024;
+        main.earlier_images = vec![ImageStats::new(vec!["sh".into()], before)];
+        let mut region = Stats::default();
+        region.alloc_calls = 10;
+        region.bytes_allocated = 1000;
+        region.free_calls = 10;
+        region.bytes_freed = 1000;
+        region.peak_live_bytes = 1000;
+        main.benchmarks = vec![BenchmarkStats::new("bench::ten", region)];
+        main.stats = stats;
+
+        let mut other = TrackedProcess::new(43, 42, vec!["static".into()]);
+        other.exit_signal = Some(9);
+        other.allocator = AllocatorStatus::NotRecognised {
+            reason: "no known allocator".into(),
+        };
+        vec![main, other]
+    }
+
+    #[test]
+    fn text_report_is_exact() {
+        let want = "\
+process 42 (parent 1): prog --fast [exit 0]
+  before exec, as sh: 2 blocks, 2 KiB (2,048 B) allocated, 1 KiB (1,024 B) live at exec
+  allocations     1,110 blocks, 38.5 KiB (39,400 B)
+  frees           110 blocks, 7.2 KiB (7,400 B)
+  live at end     1,000 blocks, 31.2 KiB (32,000 B)
+  peak live       31.2 KiB (32,000 B)
+  failed allocs   1
+  unmatched frees 2 (pointers memtrack did not see allocated)
+  LOST EVENTS     3 (numbers above are not exact)
+  mmap/munmap/brk 4 mmap (16 KiB), 0 munmap (0 B), 2 brk (+132 KiB / -0 B)
+  calls           free 112, malloc 1,110
+process 43 (parent 42): static [killed by signal 9]
+  allocator not recognised: heap not measured (no known allocator)
+benchmark bench::ten (process 42)
+  allocations     10 blocks, 1000 B
+  frees           10 blocks, 1000 B
+  live at end     0 blocks, 0 B
+  peak live       1000 B
+  mmap/munmap/brk not counted
+";
+        assert_eq!(render_text(&sample()), want);
+        let with_probes = render_text_with(&sample(), TextOptions::with_probe_sites(true));
+        let probes = "  calls           free 112, malloc 1,110\n  probe malloc: /lib/libc.so.6 \
+                      at 0x98930, entry +0 `push %r12` (emulated), return +0\nprocess 43";
+        assert!(with_probes.contains(probes), "{with_probes}");
+        assert_eq!(with_probes.lines().count(), want.lines().count() + 1);
+    }
+
+    #[test]
+    fn json_report_is_the_versioned_records() {
+        let results = RunResults::new(sample());
+        let json: serde_json::Value = serde_json::from_str(&render_json(&results)).unwrap();
+        let top: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(top, ["memtrack_version", "processes", "schema_version"]);
+        assert_eq!(json["schema_version"], memtrack::SCHEMA_VERSION);
+        assert_eq!(json["memtrack_version"], env!("CARGO_PKG_VERSION"));
+        let main = &json["processes"][0];
+        assert_eq!(main["pid"], 42);
+        assert_eq!(main["stats"]["alloc_calls"], 1110);
+        assert_eq!(main["stats"]["syscalls"]["brk_grown_bytes"], 135_168);
+        assert_eq!(main["benchmarks"][0]["uri"], "bench::ten");
+        assert_eq!(
+            main["benchmarks"][0]["stats"]["syscalls"],
+            serde_json::Value::Null
+        );
+        assert_eq!(main["earlier_images"][0]["command"][0], "sh");
+        assert_eq!(main["probes"][0]["file_offset"], 0x98930);
+        assert_eq!(main["allocator"], "Probed");
+        assert_eq!(
+            json["processes"][1]["allocator"]["NotRecognised"]["reason"],
+            "no known allocator"
+        );
+        // Programs read it back into the same records.
+        let read: RunResults = serde_json::from_str(&render_json(&results)).unwrap();
+        assert_eq!(read, results);
+    }
 }

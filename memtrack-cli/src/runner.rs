@@ -20,13 +20,10 @@ use std::{
 use fifo_protocol::{Command, FifoRunner, IntegrationMode, MarkerResult, Reply};
 
 use memtrack::{
-    BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, Stats, Tracker, TrackerControl,
+    BenchmarkStats, CommandSpec, ExitStatus, RunResults, Stats, Tracker, TrackerControl,
 };
 
-use crate::{
-    error::{Error, Result},
-    report::BenchmarkReport,
-};
+use crate::error::{Error, Result};
 
 /// How `memtrack run` runs a command.
 #[derive(Clone, Debug, Default)]
@@ -45,13 +42,14 @@ pub struct RunOptions {
 
 /// What a run produced.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct RunOutcome {
     /// How the command exited.
     pub exit: ExitStatus,
-    /// One result per tracked process, ordered by pid (also written to `dir`).
-    pub results: Vec<MemtrackResult>,
-    /// One entry per benchmark region, in order.
-    pub benchmarks: Vec<BenchmarkReport>,
+    /// Every tracked process, ordered by pid, each with its benchmark regions in order
+    /// (also written to `dir`, one file per process; [`RunResults::benchmarks`] lists
+    /// the regions of all processes).
+    pub results: RunResults,
     /// What the integrations sent (also written to `dir` as `MarkerResult.msgpack`).
     pub markers: MarkerResult,
     /// The results directory.
@@ -102,7 +100,8 @@ struct MemoryHandler {
     /// The region being counted: (pid, uri).
     open: Option<(u32, String)>,
     regions_seen: bool,
-    benchmarks: Vec<BenchmarkReport>,
+    /// Every closed region, in order: (pid, its counters).
+    benchmarks: Vec<(u32, BenchmarkStats)>,
     /// Per process, the sum of its closed regions.
     per_process: HashMap<u32, Stats>,
 }
@@ -145,7 +144,7 @@ impl MemoryHandler {
         let stats = self.control.process_stats(pid)?;
         self.control.reset_process(pid)?;
         self.per_process.entry(pid).or_default().merge(&stats);
-        self.benchmarks.push(BenchmarkReport { uri, pid, stats });
+        self.benchmarks.push((pid, BenchmarkStats::new(uri, stats)));
         Ok(None)
     }
 }
@@ -231,32 +230,31 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
     let unattributed_lost_events = tracker.unattributed_lost_events();
     drop(tracker);
 
-    let dir = options.output.clone().unwrap_or_else(default_output_dir);
-    let mut results: Vec<MemtrackResult> =
-        processes.iter().map(MemtrackResult::from_process).collect();
-    for bench in &handler.benchmarks {
-        if let Some(r) = results.iter_mut().find(|r| r.pid == bench.pid) {
-            r.benchmarks.push(BenchmarkStats {
-                uri: bench.uri.clone(),
-                stats: bench.stats.clone(),
-            });
+    for (pid, bench) in handler.benchmarks {
+        match processes.iter_mut().find(|p| p.pid == pid) {
+            Some(p) => p.benchmarks.push(bench),
+            // Regions are only opened for tracked processes (enabling counting of
+            // another fails), so this does not happen; say so if it ever does.
+            None => eprintln!(
+                "memtrack: benchmark {} ran in process {pid}, which was not tracked: dropped",
+                bench.uri
+            ),
         }
     }
+    let results = RunResults::new(processes);
+    let dir = options.output.clone().unwrap_or_else(default_output_dir);
     write_all(&dir, &results, &markers)?;
     Ok(RunOutcome {
         exit,
         results,
-        benchmarks: handler.benchmarks,
         markers,
         dir,
         unattributed_lost_events,
     })
 }
 
-fn write_all(dir: &Path, results: &[MemtrackResult], markers: &MarkerResult) -> Result<()> {
-    for result in results {
-        result.write_to_dir(dir)?;
-    }
+fn write_all(dir: &Path, results: &RunResults, markers: &MarkerResult) -> Result<()> {
+    results.write_to_dir(dir)?;
     markers.write_to_dir(dir).map_err(|e| Error::Write {
         path: dir.join(fifo_protocol::MARKER_RESULT_FILE_NAME),
         source: Box::new(e),

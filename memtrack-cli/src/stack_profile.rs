@@ -13,7 +13,7 @@ use std::{
 };
 
 use memtrack::{
-    MemtrackResult, Stats,
+    RunResults, Stats, TrackedProcess,
     stacks::{ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
 };
 use serde::Serialize;
@@ -71,28 +71,30 @@ pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
     Ok(stacks)
 }
 
-/// One process's saved result and, if they were recorded, its stacks.
+/// One process's saved record and, if they were recorded, its stacks.
 #[derive(Clone, Debug)]
 pub struct LoadedProcess {
-    /// The result file's contents.
-    pub result: MemtrackResult,
+    /// The process's record (from its result file).
+    pub process: TrackedProcess,
     /// The stacks (None: none were recorded for it).
     pub stacks: Option<ProcessStacks>,
 }
 
-/// Reads every result in `dir` (ordered by pid) with the stacks saved beside it.
+/// Reads every process's result in `dir` (ordered by pid) with the stacks saved beside
+/// it.
 pub fn load_dir(dir: &Path) -> Result<Vec<LoadedProcess>> {
-    let results = MemtrackResult::read_dir(dir)?;
+    let results = RunResults::read_dir(dir)?;
     results
+        .processes
         .into_iter()
-        .map(|result| {
-            let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", result.pid));
+        .map(|process| {
+            let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", process.pid));
             let stacks = if path.exists() {
                 Some(read_stacks(&path)?)
             } else {
                 None
             };
-            Ok(LoadedProcess { result, stacks })
+            Ok(LoadedProcess { process, stacks })
         })
         .collect()
 }
@@ -255,19 +257,19 @@ pub fn resolve(
     let mut skipped = Vec::new();
     for p in processes {
         let Some(stacks) = &p.stacks else {
-            skipped.push((p.result.pid, "no stacks recorded".to_string()));
+            skipped.push((p.process.pid, "no stacks recorded".to_string()));
             continue;
         };
         let scope = match choice {
-            ScopeChoice::Process => Some((&stacks.process, Some(p.result.stats.clone()))),
+            ScopeChoice::Process => Some((&stacks.process, Some(p.process.stats.clone()))),
             ScopeChoice::Benchmark(uri) => stacks.region(uri).map(|scope| {
-                let counters = p.result.benchmarks.iter().find(|b| &b.uri == uri);
+                let counters = p.process.benchmarks.iter().find(|b| &b.uri == uri);
                 (scope, counters.map(|b| b.stats.clone()))
             }),
         };
         match scope {
             Some((scope, counters)) => chosen.push((p, stacks, scope, counters)),
-            None => skipped.push((p.result.pid, "did not run that benchmark".to_string())),
+            None => skipped.push((p.process.pid, "did not run that benchmark".to_string())),
         }
     }
     let wanted = chosen.iter().flat_map(|(_, stacks, scope, _)| {
@@ -285,14 +287,14 @@ pub fn resolve(
     let profiles = chosen
         .into_iter()
         .map(|(p, stacks, scope, counters)| {
-            profile(&p.result, stacks, scope, counters, choice, &symbols)
+            profile(&p.process, stacks, scope, counters, choice, &symbols)
         })
         .collect();
     (profiles, skipped)
 }
 
 fn profile(
-    result: &MemtrackResult,
+    process: &TrackedProcess,
     stacks: &ProcessStacks,
     scope: &ScopeStacks,
     counters: Option<Stats>,
@@ -350,13 +352,13 @@ fn profile(
         .filter_map(|o| symbols.status(o).and_then(|status| status.problem(o)))
         .collect();
     StackProfile {
-        pid: result.pid,
-        command: result.command.clone(),
+        pid: process.pid,
+        command: process.command.clone(),
         benchmark: match choice {
             ScopeChoice::Process => None,
             ScopeChoice::Benchmark(uri) => Some(uri.clone()),
         },
-        started_unix_ms: result.started_unix_ms,
+        started_unix_ms: process.started_unix_ms,
         start_ns: scope.start_ns,
         end_ns: scope.end_ns,
         peak_ns: scope.peak_ns,

@@ -1,4 +1,4 @@
-//! The `memtrack` binary: JSON output, exit codes, signals forwarded with results kept,
+//! The `memtrack` binary: the versioned JSON report, exit codes, signals forwarded with results kept,
 //! the sudo identity, `memtrack report`.
 
 use std::{
@@ -65,9 +65,11 @@ impl Run {
         serde_json::from_slice(&self.report(&["--json"])).unwrap()
     }
 
-    /// The result files written to DIR.
-    fn results(&self) -> Vec<memtrack::MemtrackResult> {
-        memtrack::MemtrackResult::read_dir(self.dir.path()).unwrap()
+    /// The processes of the result files written to DIR.
+    fn results(&self) -> Vec<memtrack::TrackedProcess> {
+        memtrack::RunResults::read_dir(self.dir.path())
+            .unwrap()
+            .processes
     }
 }
 
@@ -78,6 +80,8 @@ fn json_report_has_processes_with_exact_stats() {
     }
     let mut run = Run::new(&["--json"], [fixture("leak")]);
     let json: serde_json::Value = serde_json::from_slice(&run.succeed()).unwrap();
+    assert_eq!(json["schema_version"], memtrack::SCHEMA_VERSION);
+    assert_eq!(json["memtrack_version"], env!("CARGO_PKG_VERSION"));
     let processes = json["processes"].as_array().unwrap();
     assert_eq!(processes.len(), 1);
     let stats = &processes[0]["stats"];
@@ -91,9 +95,11 @@ fn json_report_has_processes_with_exact_stats() {
     ] {
         assert_eq!(stats[field], want[field], "{field}");
     }
-    assert_eq!(json["benchmarks"], serde_json::json!([]));
-    // `memtrack report` prints the same from the files.
+    assert_eq!(processes[0]["benchmarks"], serde_json::json!([]));
+    // `memtrack report` prints the same from the files, and it is the files' records.
     assert_eq!(run.report_json(), json);
+    let read: memtrack::RunResults = serde_json::from_value(json).unwrap();
+    assert_eq!(read.processes, run.results());
     assert!(run.dir.path().join("MarkerResult.msgpack").exists());
 }
 

@@ -57,6 +57,20 @@ fn vanished_pid_is_process_gone() {
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
 
+/// The one misuse the types cannot rule out: a process cannot trace itself. Refused
+/// before anything is loaded, so it needs no privileges.
+#[test]
+fn attaching_to_the_calling_process_is_a_usage_error() {
+    let err = Tracker::builder()
+        .attach_pid(std::process::id())
+        .err()
+        .expect("must fail");
+    assert!(
+        matches!(err, Error::Usage(message) if message.contains("use Tracker::new")),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn static_binary_without_symbols_is_reported_not_counted_as_zero() {
     if !require_privileges("static_binary") {
@@ -88,9 +102,11 @@ fn static_binary_without_symbols_is_reported_not_counted_as_zero() {
         }
         other => panic!("expected NotRecognised, got {other:?}"),
     }
-    let report =
-        memtrack_cli::report::render_text(&[memtrack::MemtrackResult::from_process(&processes[0])]);
-    assert!(report.contains("allocator not recognised"), "{report}");
+    let report = memtrack_cli::report::render_text(&processes);
+    assert!(
+        report.contains("\n  allocator not recognised: heap not measured (no known allocator"),
+        "{report}"
+    );
 }
 
 /// As user `nobody` (no capabilities), memtrack says which capabilities are missing and

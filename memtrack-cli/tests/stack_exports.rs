@@ -10,7 +10,7 @@ mod stack_fixtures;
 use std::{io::Read, path::Path, process::Command};
 
 use memtrack::{
-    BenchmarkStats, Stats,
+    BenchmarkStats, MemtrackResult, Stats,
     stacks::{RegionStacks, ScopeStacks, StackCounts, StackEntry},
 };
 use memtrack_cli::{
@@ -450,8 +450,8 @@ fn terminal_report_ranks_and_shows_distinguishing_frames() {
 #[test]
 fn counters_that_disagree_with_the_stacks_are_shown() {
     let mut p = call_tree_profile(&built().call_tree);
-    p.result.stats.bytes_allocated += 1;
-    p.result.stats.peak_live_bytes = 200;
+    p.process.stats.bytes_allocated += 1;
+    p.process.stats.peak_live_bytes = 200;
     let text = stacks_report::render(&profiles_of(p), &[], StacksOptions::default());
     assert!(text.contains(
         "  MISMATCH: bytes allocated: 1476 in the stacks, 1477 in the counters\n  MISMATCH: \
@@ -475,17 +475,15 @@ fn with_region() -> LoadedProcess {
             lost: StackCounts::default(),
         },
     });
-    p.result.benchmarks.push(BenchmarkStats {
-        uri: "benches/decode.rs::load_other".into(),
-        stats: Stats {
-            alloc_calls: 3,
-            free_calls: 3,
-            bytes_allocated: 300,
-            bytes_freed: 300,
-            peak_live_bytes: 100,
-            ..Stats::default()
-        },
-    });
+    let mut stats = Stats::default();
+    stats.alloc_calls = 3;
+    stats.free_calls = 3;
+    stats.bytes_allocated = 300;
+    stats.bytes_freed = 300;
+    stats.peak_live_bytes = 100;
+    p.process
+        .benchmarks
+        .push(BenchmarkStats::new("benches/decode.rs::load_other", stats));
     p
 }
 
@@ -494,9 +492,11 @@ fn memtrack() -> Command {
 }
 
 fn save(dir: &Path, p: &LoadedProcess) {
-    p.result.write_to_dir(dir).unwrap();
+    MemtrackResult::new(p.process.clone())
+        .write_to_dir(dir)
+        .unwrap();
     if let Some(stacks) = &p.stacks {
-        stack_profile::write_stacks(dir, p.result.pid, stacks).unwrap();
+        stack_profile::write_stacks(dir, p.process.pid, stacks).unwrap();
     }
 }
 
@@ -505,7 +505,7 @@ fn report_stacks_writes_every_export() {
     let results = tempfile::tempdir().unwrap();
     save(results.path(), &with_region());
     let mut without = call_tree_profile(&built().call_tree);
-    without.result.pid = 5000;
+    without.process.pid = 5000;
     without.stacks = None;
     save(results.path(), &without);
     let out = tempfile::tempdir().unwrap();
@@ -590,7 +590,7 @@ fn several_processes_get_one_dhat_file_each() {
     let results = tempfile::tempdir().unwrap();
     let first = call_tree_profile(&built().call_tree);
     let mut second = first.clone();
-    second.result.pid = 4243;
+    second.process.pid = 4243;
     save(results.path(), &first);
     save(results.path(), &second);
     let out = tempfile::tempdir().unwrap();
@@ -614,7 +614,9 @@ fn several_processes_get_one_dhat_file_each() {
 fn a_corrupt_stacks_file_is_an_error_naming_it() {
     let results = tempfile::tempdir().unwrap();
     let p = call_tree_profile(&built().call_tree);
-    p.result.write_to_dir(results.path()).unwrap();
+    MemtrackResult::new(p.process.clone())
+        .write_to_dir(results.path())
+        .unwrap();
     let path = results.path().join("4242.MemtrackStacks.msgpack");
     std::fs::write(&path, b"\x93\x01").unwrap();
     let run = memtrack()

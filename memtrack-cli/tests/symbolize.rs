@@ -280,7 +280,7 @@ fn each_distinct_address_is_symbolized_once() {
     assert_eq!(symbols.addresses_looked_up(), 5);
     // Two processes with the same object share the lookups too.
     let mut other = profile.clone();
-    other.result.pid = 4243;
+    other.process.pid = 4243;
     let (profiles, skipped) = stack_profile::resolve(&[profile, other], &ScopeChoice::Process);
     assert!(skipped.is_empty());
     assert_eq!(profiles.len(), 2);

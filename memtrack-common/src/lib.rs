@@ -1,15 +1,17 @@
 //! Types shared by memtrack's eBPF programs (`memtrack-ebpf`) and its user-space loader
 //! (`memtrack`).
 //!
-//! Everything here is `#[repr(C)]` plain data with explicit padding, because the same bytes
-//! are written by one side of the kernel boundary and read by the other. The crate is
-//! `no_std` so the eBPF side can use it; the `user` feature adds `aya::Pod` impls for the
-//! loader.
+//! This is the contract between the two sides of the kernel boundary: the map keys and
+//! values (`#[repr(C)]` plain data with explicit padding, because the same bytes are
+//! written by one side and read by the other), the argument kinds ([`Kind`], a
+//! `#[repr(u32)]` enum) and the probe cookie that carries them, and the names of the
+//! maps and programs ([`map_names`], [`program_names`]). The crate is `no_std` so the
+//! eBPF side can use it; the `user` feature adds `aya::Pod` impls for the loader.
 //!
 //! Units: every `*_bytes` field is in bytes, every `*_ns` field in nanoseconds of
 //! `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` returns), every `*_calls`/`*_blocks` field a
 //! plain count.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![warn(missing_docs)]
 
 /// Number of per-function counter slots in [`PidStats::funcs`]: one per function name
@@ -27,46 +29,131 @@ pub mod func {
     pub const FREE: u32 = 4;
 }
 
-/// How a probed function takes its arguments and hands out or releases memory. The
-/// eBPF side has one entry program per kind; user space picks it for each symbol.
-pub mod kind {
+/// How a probed function takes its arguments and hands out or releases memory (argument
+/// order of the System V x86-64 ABI). User space picks the kind of each probed symbol
+/// (`memtrack_targets::AllocFn::kind`) and carries it in the probe's [`cookie`]; the one
+/// entry program reads the arguments by it, and the one return program reads the result
+/// by the kind it kept in [`Pending::kind`].
+///
+/// The discriminants are what crosses the kernel boundary: never renumber them. The eBPF
+/// side turns a number back into a `Kind` only with [`Kind::from_id`], which refuses
+/// numbers that name no kind.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
     /// `f(size, ...)` returns a block: malloc, valloc, operator new, mallocx, mi_malloc...
-    pub const SIZE_FIRST: u32 = 0;
+    SizeFirst = 0,
     /// `f(alignment, size)` returns a block: aligned_alloc, memalign.
-    pub const SIZE_SECOND: u32 = 1;
+    SizeSecond = 1,
     /// `f(nmemb, size, ...)` returns a block of nmemb*size bytes: calloc.
-    pub const CALLOC: u32 = 2;
+    Calloc = 2,
     /// `f(ptr, size, ...)` resizes: realloc, rallocx, mi_realloc.
-    pub const REALLOC: u32 = 3;
+    Realloc = 3,
     /// `f(ptr, nmemb, size)` resizes to nmemb*size bytes: reallocarray.
-    pub const REALLOCARRAY: u32 = 4;
+    Reallocarray = 4,
     /// `int f(void **memptr, alignment, size)`: posix_memalign.
-    pub const POSIX_MEMALIGN: u32 = 5;
+    PosixMemalign = 5,
     /// `f(ptr, ...)` releases: free, operator delete, sdallocx, mi_free.
-    pub const FREE: u32 = 6;
+    Free = 6,
+}
+
+impl Kind {
+    /// Every kind, in discriminant order.
+    pub const ALL: [Kind; 7] = [
+        Kind::SizeFirst,
+        Kind::SizeSecond,
+        Kind::Calloc,
+        Kind::Realloc,
+        Kind::Reallocarray,
+        Kind::PosixMemalign,
+        Kind::Free,
+    ];
+
+    /// The number that stands for this kind in cookies and in [`Pending::kind`].
+    pub const fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The kind numbered `id`, or `None` for a number that names no kind (a cookie or
+    /// map value written by a mismatched other side). A `match`, never a transmute: every
+    /// `u32` is a valid argument.
+    pub const fn from_id(id: u32) -> Option<Kind> {
+        match id {
+            0 => Some(Kind::SizeFirst),
+            1 => Some(Kind::SizeSecond),
+            2 => Some(Kind::Calloc),
+            3 => Some(Kind::Realloc),
+            4 => Some(Kind::Reallocarray),
+            5 => Some(Kind::PosixMemalign),
+            6 => Some(Kind::Free),
+            _ => None,
+        }
+    }
+
+    /// Whether a function of this kind gets a return probe: every kind that hands out
+    /// memory (the block is only known on return); free-like functions do not.
+    pub const fn has_return_probe(self) -> bool {
+        !matches!(self, Kind::Free)
+    }
 }
 
 /// Layout of a probe's attach cookie: the function's counter slot in bits 0-15, its
-/// argument layout ([`kind`]) in bits 16-23, and in the high 32 bits how many bytes the
-/// stack pointer has moved at the probed instruction (so `rsp + adjust` is the
+/// argument layout ([`Kind::id`]) in bits 16-23, and in the high 32 bits how many bytes
+/// the stack pointer has moved at the probed instruction (so `rsp + adjust` is the
 /// function's entry stack pointer).
 pub mod cookie {
-    /// The cookie of a probe.
-    pub const fn make(func: u32, kind: u32, stack_adjust: u32) -> u64 {
-        ((func & 0xffff) as u64) | (((kind & 0xff) as u64) << 16) | ((stack_adjust as u64) << 32)
+    use super::Kind;
+
+    /// The cookie of a probe of counter slot `func` (below 2^16), of argument layout
+    /// `kind`, whose instruction is `stack_adjust` bytes of stack below the entry.
+    pub const fn make(func: u32, kind: Kind, stack_adjust: u32) -> u64 {
+        ((func & 0xffff) as u64) | ((kind.id() as u64 & 0xff) << 16) | ((stack_adjust as u64) << 32)
     }
     /// The counter slot of a cookie.
     pub const fn func(cookie: u64) -> u32 {
         (cookie & 0xffff) as u32
     }
-    /// The argument layout of a cookie (a [`kind`](super::kind) id).
-    pub const fn kind(cookie: u64) -> u32 {
-        ((cookie >> 16) & 0xff) as u32
+    /// The argument layout of a cookie; `None` when its bits name no [`Kind`].
+    pub const fn kind(cookie: u64) -> Option<Kind> {
+        Kind::from_id(((cookie >> 16) & 0xff) as u32)
     }
     /// The stack adjustment of a cookie, in bytes.
     pub const fn stack_adjust(cookie: u64) -> u64 {
         cookie >> 32
     }
+}
+
+/// Names of the maps in the eBPF object. The eBPF side declares each map under its name
+/// (aya-ebpf's `#[map]` names a map after its static, and takes no constant), the loader
+/// looks maps up by these constants; memtrack-core's loader.rs tests `ebpf_object_*`
+/// check the shipped object against them (name, map type, key and value sizes).
+pub mod map_names {
+    /// tgid -> [`TrackState`](super::TrackState).
+    pub const TRACKED: &str = "TRACKED";
+    /// tgid -> [`PidStats`](super::PidStats).
+    pub const STATS: &str = "STATS";
+    /// [`LiveKey`](super::LiveKey) -> requested size in bytes of a live block.
+    pub const LIVE: &str = "LIVE";
+    /// pid_tgid -> [`Pending`](super::Pending).
+    pub const PENDING: &str = "PENDING";
+    /// [`global`](super::global) slot -> count.
+    pub const GLOBAL: &str = "GLOBAL";
+    /// pid_tgid -> the last pointer the thread released (the eBPF side's own).
+    pub const FREE_MARK: &str = "FREE_MARK";
+}
+
+/// Names of the programs in the eBPF object (aya-ebpf names a program after its
+/// function), and what they attach to; tied to the object as [`map_names`] are.
+pub mod program_names {
+    /// The uprobe every probed function's entry shares; it reads the arguments by the
+    /// cookie's [`Kind`](super::Kind).
+    pub const ENTRY: &str = "alloc_entry_prog";
+    /// The uretprobe every allocating function shares.
+    pub const RETURN: &str = "alloc_return_prog";
+    /// The raw tracepoint program counting mmap, munmap and brk.
+    pub const SYS_EXIT: &str = "sys_exit";
+    /// The raw tracepoint [`SYS_EXIT`] attaches to.
+    pub const SYS_EXIT_TRACEPOINT: &str = "sys_exit";
 }
 
 /// Value of the `TRACKED` map (key: tgid, i.e. the process id).
@@ -218,7 +305,9 @@ pub struct Pending {
     pub depth: u32,
     /// Outermost function's counter slot.
     pub func: u32,
-    /// Outermost function's [`kind`].
+    /// Outermost function's [`Kind::id`]. A plain number, not a `Kind`, because user
+    /// space reads this map as raw bytes (`aya::Pod`), where any bit pattern must be
+    /// valid; the return program decodes it with [`Kind::from_id`].
     pub kind: u32,
     /// Always zero (explicit padding).
     pub _pad: u32,
@@ -274,4 +363,46 @@ mod pod {
     unsafe impl aya::Pod for super::LiveKey {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::FuncCounters {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_ids_round_trip_and_unknown_ids_are_refused() {
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.id(), i as u32, "{kind:?}");
+            assert_eq!(Kind::from_id(i as u32), Some(kind));
+        }
+        assert_eq!(Kind::from_id(7), None);
+        assert_eq!(Kind::from_id(0xff), None);
+        assert_eq!(Kind::from_id(u32::MAX), None);
+    }
+
+    #[test]
+    fn only_free_has_no_return_probe() {
+        let without: std::vec::Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| !k.has_return_probe())
+            .collect();
+        assert_eq!(without, [Kind::Free]);
+    }
+
+    #[test]
+    fn cookie_fields_round_trip() {
+        let c = cookie::make(23, Kind::PosixMemalign, 0x28);
+        assert_eq!(c, 23 | 5 << 16 | 0x28 << 32);
+        assert_eq!(cookie::func(c), 23);
+        assert_eq!(cookie::kind(c), Some(Kind::PosixMemalign));
+        assert_eq!(cookie::stack_adjust(c), 0x28);
+        // The slot is cut to 16 bits and cannot spill into the kind.
+        let c = cookie::make(0x1_0004, Kind::Free, u32::MAX);
+        assert_eq!(cookie::func(c), 4);
+        assert_eq!(cookie::kind(c), Some(Kind::Free));
+        assert_eq!(cookie::stack_adjust(c), u32::MAX as u64);
+        // Kind bits that name no kind decode to None.
+        assert_eq!(cookie::kind(7 << 16), None);
+        assert_eq!(cookie::kind(0xff << 16 | 4), None);
+    }
 }

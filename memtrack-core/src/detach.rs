@@ -8,9 +8,11 @@
 //! under a global mutex: there, closing in parallel does not help.)
 //!
 //! Counting stops the moment a process leaves the TRACKED map, so nothing needs to wait
-//! for the links: dropping a [`Tracker`](crate::Tracker) hands them to this thread and
-//! returns at once, and the follower thread never stalls the processes it follows on
-//! another process's exit. [`Tracker::close`](crate::Tracker::close) waits.
+//! for the links: dropping a [`Tracker`](crate::Tracker) or a
+//! [`ProcessTracker`](crate::ProcessTracker) hands them to this thread and returns at
+//! once, and the follower thread never stalls the processes it follows on another
+//! process's exit. [`Tracker::close`](crate::Tracker::close) and
+//! [`ProcessTracker::close`](crate::ProcessTracker::close) wait.
 //!
 //! The process must not exit while links are being closed: the exit kills this thread in
 //! the middle of the kernel's unregistering, which then fails and leaks the uprobes

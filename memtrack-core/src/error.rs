@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while tracking or reading results.
+/// Everything that can go wrong while tracking or reading results. New kinds of
+/// failure may be added (`#[non_exhaustive]`): match with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The process lacks the capabilities needed to load eBPF programs and attach uprobes.
     #[error(
@@ -148,7 +150,32 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The tracker was used in a way its configuration does not allow.
+    /// A system call memtrack needs for its own work (a pipe, a thread, a fork) failed.
+    #[error("memtrack cannot {what}: {source}")]
+    Os {
+        /// What memtrack was doing, e.g. "start the follower thread".
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// memtrack's follower thread, which follows the tracked processes with ptrace,
+    /// ended while it was still needed: the processes are no longer followed, and the
+    /// root's exit cannot be seen. Not expected: the reason says what ended it (a panic,
+    /// or `waitpid` failing).
+    #[error(
+        "memtrack's ptrace follower thread ended unexpectedly ({reason}): the tracked \
+         processes are no longer followed"
+    )]
+    FollowerEnded {
+        /// Why it ended, e.g. "it panicked" or the `waitpid` error.
+        reason: String,
+    },
+
+    /// The API was called with an argument it refuses (e.g.
+    /// [`attach_pid`](crate::TrackerBuilder::attach_pid) with the calling process's own
+    /// pid). What the types can rule out, they do: this is for the rest.
     #[error("{0}")]
     Usage(&'static str),
 }

@@ -11,12 +11,11 @@
 //! under a debugger.
 //!
 //! After an `execve` the new image's libraries are not mapped yet (the dynamic loader
-//! maps them in user space), and `dlopen` maps more later. The follower puts a
-//! breakpoint on the loader's `_dl_debug_state`, the empty function the loader calls
-//! for debuggers after mapping objects and before running their initializers (at
-//! startup and in every `dlopen`): at each hit it probes whatever allocators are newly
-//! mapped, then returns from the function on the process's behalf. So an allocator is
-//! probed before its first call. Where no such hook exists (an unknown loader), it
+//! maps them in user space), and `dlopen` maps more later. The follower hooks the
+//! loader (ld_hook.rs) so that each process stops after the loader mapped objects and
+//! before their initializers run (at startup and in every `dlopen`): it then probes
+//! whatever allocators are newly mapped and lets the process go on. So an allocator is
+//! probed before its first call. Where no hook can be set (an unknown loader), it
 //! steps the process syscall by syscall until an allocator is mapped instead.
 //!
 //! All ptrace requests come from one thread (the kernel ties tracees to the tracing
@@ -43,9 +42,10 @@ use nix::{
 
 use crate::{
     error::{Error, Result},
-    process::{AllocatorStatus, ProcessRecord, monotonic_ns},
+    ld_hook::LdHooks,
+    process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
+    shared::Shared,
     spawn::{self, CommandSpec},
-    tracker::Shared,
 };
 
 /// Syscall-stops to wait, after an exec, for an allocator to be mapped before giving up
@@ -70,20 +70,16 @@ impl Follower {
     /// Starts the follower thread; returns once the root is stopped, probed and running
     /// again (or failed to start), with the root's pid.
     pub(crate) fn start(shared: Arc<Shared>, root: Root) -> Result<(Follower, u32)> {
-        let (wake_read, wake_write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| Error::Usage(leak(format!("pipe: {e}"))))?;
+        let (wake_read, wake_write) =
+            pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Os {
+                what: "create the pipe that wakes the follower thread",
+                source: e.into(),
+            })?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("memtrack-follow".into())
             .spawn(move || {
-                let mut state = FollowState {
-                    shared,
-                    hooks: HashMap::new(),
-                    tasks: HashMap::new(),
-                    exec_wait: HashMap::new(),
-                    root: 0,
-                    sentinel: None,
-                };
+                let mut state = FollowState::new(shared);
                 match state.setup(root, wake_read) {
                     Ok(pid) => {
                         let _ = ready_tx.send(Ok(pid));
@@ -91,11 +87,13 @@ impl Follower {
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
-                        state.reap_sentinel();
                     }
                 }
             })
-            .map_err(|e| Error::Usage(leak(format!("cannot start the follower thread: {e}"))))?;
+            .map_err(|source| Error::Os {
+                what: "start the follower thread",
+                source,
+            })?;
         let mut follower = Follower {
             thread: Some(thread),
             wake: Some(wake_write),
@@ -108,7 +106,9 @@ impl Follower {
             }
             Err(_) => {
                 follower.shutdown();
-                Err(Error::Usage("the follower thread died during setup"))
+                Err(Error::FollowerEnded {
+                    reason: "it panicked while starting to follow the process".into(),
+                })
             }
         }
     }
@@ -129,37 +129,24 @@ impl Drop for Follower {
     }
 }
 
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
-}
-
 #[derive(Clone, Copy)]
 struct Task {
     tgid: u32,
 }
 
-/// A breakpoint on the loader's `_dl_debug_state` in one process.
-#[derive(Clone, Copy)]
-struct LoaderHook {
-    /// Runtime address of the function.
-    address: u64,
-    /// The byte the breakpoint replaced (restored when the follower stops).
-    original: u8,
-}
-
-/// `int3`, the breakpoint instruction.
-const INT3: u8 = 0xcc;
-
+/// The follower thread's state: what it traces, and how far each process got.
 struct FollowState {
     shared: Arc<Shared>,
-    /// Loader breakpoints by process.
-    hooks: HashMap<u32, LoaderHook>,
+    /// The stops at each process's dynamic loader.
+    hooks: LdHooks,
     /// Every traced thread, by tid.
     tasks: HashMap<u32, Task>,
     /// Processes between an exec and their allocator being mapped: syscall-stops left.
     exec_wait: HashMap<u32, u32>,
     root: u32,
     sentinel: Option<Pid>,
+    /// Why [`run`](FollowState::run) ended, if not by the sentinel's exit (shutdown).
+    failure: Option<String>,
 }
 
 fn options() -> Options {
@@ -193,13 +180,34 @@ fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
             libc::_exit(0)
         },
         Ok(ForkResult::Parent { child }) => Ok(child),
-        Err(e) => Err(Error::Usage(leak(format!(
-            "fork of the follower's sentinel: {e}"
-        )))),
+        Err(e) => Err(Error::Os {
+            what: "fork the follower's sentinel process",
+            source: e.into(),
+        }),
     }
 }
 
+/// Why a command could not be started, from its exec-error pipe.
+fn spawn_error(command: String, child: &spawn::StoppedChild) -> Error {
+    let reason = spawn::exec_errno(&child.exec_error)
+        .map(|e| Errno::from_raw(e).desc().to_string())
+        .unwrap_or_else(|| "it exited before exec".into());
+    Error::Spawn { command, reason }
+}
+
 impl FollowState {
+    fn new(shared: Arc<Shared>) -> FollowState {
+        FollowState {
+            shared,
+            hooks: LdHooks::default(),
+            tasks: HashMap::new(),
+            exec_wait: HashMap::new(),
+            root: 0,
+            sentinel: None,
+            failure: None,
+        }
+    }
+
     fn setup(&mut self, root: Root, wake: OwnedFd) -> Result<u32> {
         self.sentinel = Some(spawn_sentinel(wake)?);
         match root {
@@ -216,10 +224,7 @@ impl FollowState {
         match waitpid(pid, Some(flags)) {
             Ok(WaitStatus::Stopped(_, _)) => {}
             Ok(WaitStatus::Exited(_, _)) | Ok(WaitStatus::Signaled(..)) => {
-                let reason = spawn::exec_errno(&child.exec_error)
-                    .map(|e| Errno::from_raw(e).desc().to_string())
-                    .unwrap_or_else(|| "it exited before exec".into());
-                return Err(Error::Spawn { command, reason });
+                return Err(spawn_error(command, &child));
             }
             other => {
                 return Err(Error::Spawn {
@@ -249,10 +254,7 @@ impl FollowState {
                 }
                 Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
                     self.tasks.remove(&raw);
-                    let reason = spawn::exec_errno(&child.exec_error)
-                        .map(|e| Errno::from_raw(e).desc().to_string())
-                        .unwrap_or_else(|| "it exited before exec".into());
-                    return Err(Error::Spawn { command, reason });
+                    return Err(spawn_error(command, &child));
                 }
                 Ok(_) => {}
                 Err(Errno::EINTR) => {}
@@ -286,15 +288,13 @@ impl FollowState {
             return Err(Error::ProcessGone { pid });
         }
         self.root = pid;
-        let ppid = crate::process::tgid_and_ppid(pid)
-            .map(|(_, p)| p)
-            .unwrap_or(0);
+        let ppid = process::tgid_and_ppid(pid).map(|(_, p)| p).unwrap_or(0);
         self.register_process(pid, ppid);
         // A running process has its libraries mapped: probe it now (it keeps running
         // meanwhile; calls before the probes are in place are not counted), and catch
         // its future dlopens.
         self.attach_now(pid);
-        self.install_hook(pid);
+        self.hooks.install(pid);
         Ok(pid)
     }
 
@@ -357,30 +357,27 @@ impl FollowState {
             stats
         };
         if let (Some(stats), Some(record)) = (stats, self.shared.registry.lock().get_mut(&pid)) {
-            record
-                .process
-                .earlier_images
-                .push(crate::process::ImageStats {
-                    command: record.process.command.clone(),
-                    stats: self.shared.stats(&stats),
-                });
+            record.process.earlier_images.push(ImageStats::new(
+                record.process.command.clone(),
+                self.shared.stats(&stats),
+            ));
         }
     }
 
     /// A process just exec'd (it is stopped at the exec event): note its new command
-    /// line, probe what is mapped already (a static executable's own allocator), and set
-    /// the loader breakpoint so the libraries are probed once mapped.
+    /// line, probe what is mapped already (a static executable's own allocator), and
+    /// hook the loader so the libraries are probed once mapped.
     fn after_exec(&mut self, pid: u32) {
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
-            record.process.command = crate::process::read_cmdline(pid);
+            record.process.command = process::read_cmdline(pid);
         }
-        // The old image's breakpoint went with its memory.
-        self.hooks.remove(&pid);
+        // The old image's hook went with its memory.
+        self.hooks.forget(pid);
         let p = Pid::from_raw(pid as i32);
         self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
         let has_interp = memtrack_targets::has_interpreter(&exe).unwrap_or(true);
-        if !has_interp || self.install_hook(pid) {
+        if !has_interp || self.hooks.install(pid) {
             let _ = ptrace::cont(p, None);
             return;
         }
@@ -388,66 +385,18 @@ impl FollowState {
         let _ = ptrace::syscall(p, None);
     }
 
-    /// Puts the breakpoint on the loader's `_dl_debug_state` of `pid`, if its code is
-    /// the bare `ret` (or `endbr64; ret`) the breakpoint handler emulates.
-    fn install_hook(&mut self, pid: u32) -> bool {
-        let Ok(Some(address)) = memtrack_targets::debug_state_address(pid) else {
-            return false;
+    /// A signal-delivery-stop of a traced thread: at its loader's hook, probe what was
+    /// mapped and let it go on; else deliver the signal.
+    fn on_signal_stop(&mut self, tid: u32, tgid: u32, signal: Signal) {
+        let Some(stop) = self.hooks.stopped_at_hook(tid, tgid, signal) else {
+            let _ = ptrace::cont(Pid::from_raw(tid as i32), signal);
+            return;
         };
-        let mut code = [0u8; 5];
-        if read_mem(pid, address, &mut code).is_err() {
-            return false;
-        }
-        let emulatable = code[0] == 0xc3 || code == [0xf3, 0x0f, 0x1e, 0xfa, 0xc3];
-        if !emulatable || write_mem(pid, address, &[INT3]).is_err() {
-            return false;
-        }
-        self.hooks.insert(
-            pid,
-            LoaderHook {
-                address,
-                original: code[0],
-            },
-        );
-        true
-    }
-
-    /// A thread of `tgid` stopped with SIGTRAP: if at the loader breakpoint, probe the
-    /// newly mapped objects and return from `_dl_debug_state` for it. Returns false when
-    /// the trap is not ours (the signal is then the program's).
-    fn on_trap(&mut self, tid: u32, tgid: u32) -> bool {
-        let Some(hook) = self.hooks.get(&tgid).copied() else {
-            return false;
-        };
-        let p = Pid::from_raw(tid as i32);
-        let Ok(mut regs) = ptrace::getregs(p) else {
-            return false;
-        };
-        if regs.rip != hook.address + 1 {
-            return false;
-        }
         let found = self.attach_now(tgid);
         if debug_follow() {
             eprintln!("memtrack: loader hook in process {tgid}: allocator mapped: {found}");
         }
-        // Emulate `ret`: the function does nothing else.
-        let mut ret = [0u8; 8];
-        if read_mem(tid, regs.rsp, &mut ret).is_err() {
-            return false;
-        }
-        regs.rip = u64::from_ne_bytes(ret);
-        regs.rsp += 8;
-        let _ = ptrace::setregs(p, regs);
-        let _ = ptrace::cont(p, None);
-        true
-    }
-
-    /// Takes every loader breakpoint out again (the follower is stopping: a breakpoint
-    /// left behind would kill the process at its next `dlopen`).
-    fn remove_hooks(&mut self) {
-        for (pid, hook) in self.hooks.drain() {
-            let _ = write_mem(pid, hook.address, &[hook.original]);
-        }
+        self.hooks.resume(stop);
     }
 
     /// A syscall-stop of a process waiting for its allocator to be mapped.
@@ -473,22 +422,48 @@ impl FollowState {
         }
     }
 
+    /// A ptrace event stop (exec, fork/clone, group-stop) of a traced thread.
+    fn on_ptrace_event(&mut self, tid: u32, tgid: u32, signal: Signal, event: i32) {
+        let p = Pid::from_raw(tid as i32);
+        if event == Event::PTRACE_EVENT_EXEC as i32 {
+            if tgid != tid {
+                // A non-leader thread exec'd: it took over the leader's pid.
+                self.tasks.remove(&tid);
+            }
+            self.close_image(tgid);
+            self.after_exec(tgid);
+        } else if event == Event::PTRACE_EVENT_STOP as i32
+            && matches!(
+                signal,
+                Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
+            )
+        {
+            // Group-stop (job control): stay stopped until SIGCONT.
+            // SAFETY: PTRACE_LISTEN takes no pointers.
+            unsafe {
+                libc::ptrace(libc::PTRACE_LISTEN, p.as_raw(), 0, 0);
+            }
+        } else if self.exec_wait.contains_key(&tgid) {
+            let _ = ptrace::syscall(p, None);
+        } else {
+            let _ = ptrace::cont(p, None);
+        }
+    }
+
     /// A task we have not seen stopped: a new thread or process auto-attached at fork.
     fn on_new_task(&mut self, tid: u32) {
         let p = Pid::from_raw(tid as i32);
-        let Some((tgid, ppid)) = crate::process::tgid_and_ppid(tid) else {
+        let Some((tgid, ppid)) = process::tgid_and_ppid(tid) else {
             let _ = ptrace::cont(p, None);
             return;
         };
         self.tasks.insert(tid, Task { tgid });
         if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
-            // A new process: it shares its parent's mappings (and the loader breakpoint
-            // in them), so probe it right away.
+            // A new process: it shares its parent's mappings (and the loader hook in
+            // them), so probe it right away.
             self.register_process(tid, ppid);
             self.attach_now(tid);
-            if let Some(hook) = self.hooks.get(&ppid).copied() {
-                self.hooks.insert(tid, hook);
-            }
+            self.hooks.inherit(tid, ppid);
         }
         let _ = ptrace::cont(p, None);
     }
@@ -504,7 +479,7 @@ impl FollowState {
             return;
         }
         self.exec_wait.remove(&tid);
-        self.hooks.remove(&tid);
+        self.hooks.forget(tid);
         let final_stats = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(tid).ok();
@@ -523,64 +498,36 @@ impl FollowState {
         }
     }
 
+    /// Waits for the next stop or exit of any traced task and hands it to its handler,
+    /// until the sentinel exits (shutdown) or waiting fails.
     fn run(&mut self) {
         loop {
             let status = waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
             match status {
+                Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))
+                    if Some(pid) == self.sentinel =>
+                {
+                    self.sentinel = None;
+                    break;
+                }
                 Ok(WaitStatus::Exited(pid, code)) => {
-                    if Some(pid) == self.sentinel {
-                        self.sentinel = None;
-                        self.remove_hooks();
-                        break;
-                    }
                     self.on_exit(pid.as_raw() as u32, Some(code), None);
                 }
                 Ok(WaitStatus::Signaled(pid, sig, _)) => {
-                    if Some(pid) == self.sentinel {
-                        self.sentinel = None;
-                        self.remove_hooks();
-                        break;
-                    }
                     self.on_exit(pid.as_raw() as u32, None, Some(sig as i32));
                 }
                 Ok(WaitStatus::Stopped(pid, sig)) => {
                     let tid = pid.as_raw() as u32;
-                    match self.tasks.get(&tid).map(|t| t.tgid) {
+                    match self.tasks.get(&tid) {
                         None => self.on_new_task(tid),
-                        Some(tgid) if sig == Signal::SIGTRAP && self.on_trap(tid, tgid) => {}
-                        // Signal-delivery-stop: deliver the signal.
-                        Some(_) => {
-                            let _ = ptrace::cont(pid, sig);
-                        }
+                        Some(task) => self.on_signal_stop(tid, task.tgid, sig),
                     }
                 }
                 Ok(WaitStatus::PtraceEvent(pid, sig, event)) => {
                     let tid = pid.as_raw() as u32;
-                    if !self.tasks.contains_key(&tid) {
-                        self.on_new_task(tid);
-                    } else if event == Event::PTRACE_EVENT_EXEC as i32 {
-                        let tgid = self.tasks[&tid].tgid;
-                        if tgid != tid {
-                            // A non-leader thread exec'd: it took over the leader's pid.
-                            self.tasks.remove(&tid);
-                        }
-                        self.close_image(tgid);
-                        self.after_exec(tgid);
-                    } else if event == Event::PTRACE_EVENT_STOP as i32
-                        && matches!(
-                            sig,
-                            Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
-                        )
-                    {
-                        // Group-stop (job control): stay stopped until SIGCONT.
-                        // SAFETY: PTRACE_LISTEN takes no pointers.
-                        unsafe {
-                            libc::ptrace(libc::PTRACE_LISTEN, pid.as_raw(), 0, 0);
-                        }
-                    } else if self.exec_wait.contains_key(&self.tasks[&tid].tgid) {
-                        let _ = ptrace::syscall(pid, None);
-                    } else {
-                        let _ = ptrace::cont(pid, None);
+                    match self.tasks.get(&tid) {
+                        None => self.on_new_task(tid),
+                        Some(task) => self.on_ptrace_event(tid, task.tgid, sig, event),
                     }
                 }
                 Ok(WaitStatus::PtraceSyscall(pid)) => {
@@ -588,8 +535,8 @@ impl FollowState {
                 }
                 Ok(_) => {}
                 Err(Errno::EINTR) => {}
-                Err(_) => {
-                    self.remove_hooks();
+                Err(e) => {
+                    self.failure = Some(format!("waitpid: {e}"));
                     break;
                 }
             }
@@ -605,28 +552,20 @@ impl FollowState {
 
 impl Drop for FollowState {
     fn drop(&mut self) {
+        // However the follower ends (shutdown, a failed setup or wait, a panic): take
+        // the loader hooks out (a breakpoint left behind would kill its process at the
+        // next `dlopen`), and tell a waiter on the root that no exit will come.
+        self.hooks.remove_all();
+        let reason = match self.failure.take() {
+            Some(reason) => reason,
+            None if std::thread::panicking() => "it panicked".into(),
+            None => "the tracker stopped following".into(),
+        };
+        self.shared.follower_ended(reason);
         // The write end is closed by now (shutdown) or will be when the tracker goes; if
         // the sentinel is still ours, wait for it so it does not linger as a zombie.
         self.reap_sentinel();
     }
-}
-
-/// Reads `buf.len()` bytes of process `pid`'s memory at `address` (/proc/PID/mem: works
-/// while the tracee runs, since the follower is its tracer).
-fn read_mem(pid: u32, address: u64, buf: &mut [u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
-    mem.read_exact_at(buf, address)
-}
-
-/// Writes `bytes` into process `pid`'s memory at `address`; the kernel copies read-only
-/// text pages on write for the tracer, as for a debugger's breakpoint.
-fn write_mem(pid: u32, address: u64, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mem = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/proc/{pid}/mem"))?;
-    mem.write_all_at(bytes, address)
 }
 
 /// MEMTRACK_DEBUG_FOLLOW=1 makes the follower say on stderr what it does (loader hook

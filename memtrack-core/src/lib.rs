@@ -21,9 +21,15 @@
 //! counts). `mmap`/`munmap`/`brk` are counted apart through a raw syscall tracepoint.
 //!
 //! Probes are scoped to the tracked processes: other programs on the machine run at
-//! native speed. To track a command and all its children, use
-//! [`Tracker::builder`]`().spawn(...)`; each process gets its own counters
-//! ([`Tracker::collect_processes`]) and can be saved as a [`MemtrackResult`] file.
+//! native speed. A [`Tracker`] counts the calling process; to track a command and all
+//! its children, [`Tracker::builder`]`().spawn(...)` returns a [`ProcessTracker`], in
+//! which each process gets its own counters ([`ProcessTracker::collect_processes`]) and
+//! can be saved as a [`MemtrackResult`] file.
+//!
+//! One record per concept, the same in the API, the result files and the JSON report of
+//! `memtrack run`: [`TrackedProcess`] (a process, with its [`BenchmarkStats`] and
+//! [`ImageStats`]), [`Stats`] (counters); [`MemtrackResult`] (one file) and
+//! [`RunResults`] (a run) are versioned envelopes around them ([`SCHEMA_VERSION`]).
 //!
 //! [`stacks`] is the data model of allocation call stacks (in progress: the kernel side
 //! that records them is not wired yet); `memtrack report --stacks` (memtrack-cli)
@@ -34,10 +40,13 @@
 mod detach;
 mod error;
 mod follow;
+mod ld_hook;
 mod loader;
 mod privileges;
 mod process;
+mod process_tracker;
 mod results;
+mod shared;
 mod spawn;
 pub mod stacks;
 mod stats;
@@ -47,8 +56,10 @@ mod uprobe_multi;
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
 pub use privileges::can_track;
-pub use process::{AllocatorStatus, ImageStats, TrackedProcess, monotonic_ns};
-pub use results::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, SCHEMA_VERSION};
+pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
+pub use process_tracker::{ProcessTracker, TrackerControl};
+pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, RunResults, SCHEMA_VERSION};
+pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
-pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats, format_bytes};
-pub use tracker::{ExitStatus, Scope, Tracker, TrackerBuilder, TrackerControl};
+pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
+pub use tracker::{Scope, Tracker, TrackerBuilder};

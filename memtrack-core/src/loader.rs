@@ -18,7 +18,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use memtrack_common::{LiveKey, PidStats, TrackState, global};
+use memtrack_common::{LiveKey, PidStats, TrackState, global, map_names, program_names};
 use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
@@ -33,19 +33,14 @@ use crate::{
 static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("CARGO_MANIFEST_DIR"), "/ebpf/memtrack-ebpf.o"));
 
-/// The one return program all allocating functions share.
-const RETURN_PROGRAM: &str = "alloc_return_prog";
-
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
 /// raw tracepoint it runs on.
-const SYSCALL_PROGRAM: (&str, &str) = ("sys_exit", "sys_exit");
+const SYSCALL_PROGRAM: (&str, &str) = (program_names::SYS_EXIT, program_names::SYS_EXIT_TRACEPOINT);
 
-/// The one entry program every probed function shares (the cookie says how to read
-/// its arguments).
-const ENTRY_PROGRAM: &str = "alloc_entry_prog";
-
-/// Both uprobe programs.
-const UPROBE_PROGRAMS: [&str; 2] = [ENTRY_PROGRAM, RETURN_PROGRAM];
+/// Both uprobe programs: the one entry program every probed function shares (it reads
+/// the arguments by the cookie's argument kind) and the one return program every
+/// allocating function shares.
+const UPROBE_PROGRAMS: [&str; 2] = [program_names::ENTRY, program_names::RETURN];
 
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,7 +186,7 @@ impl Engine {
             // The programs need no CO-RE relocations (a test checks), so aya need not
             // parse the kernel's BTF: that takes 20-90 ms here.
             .btf(None)
-            .map_max_entries("LIVE", max_live_blocks)
+            .map_max_entries(map_names::LIVE, max_live_blocks)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(Box::new(e)))?;
         let mode = load_uprobe_programs(&mut ebpf, links)?;
@@ -209,10 +204,10 @@ impl Engine {
             syscall_link = Some(Box::new(program.take_link(id).map_err(program_err(name))?));
         }
 
-        let tracked = take_map(&mut ebpf, "TRACKED")?;
-        let stats = take_map(&mut ebpf, "STATS")?;
-        let live = take_map(&mut ebpf, "LIVE")?;
-        let global = take_map(&mut ebpf, "GLOBAL")?;
+        let tracked = take_map(&mut ebpf, map_names::TRACKED)?;
+        let stats = take_map(&mut ebpf, map_names::STATS)?;
+        let live = take_map(&mut ebpf, map_names::LIVE)?;
+        let global = take_map(&mut ebpf, map_names::GLOBAL)?;
         Ok(Engine {
             ebpf,
             tracked,
@@ -338,7 +333,7 @@ impl Engine {
     pub(crate) fn set_state(&mut self, pid: u32, state: TrackState) -> Result<()> {
         self.tracked
             .insert(pid, state, 0)
-            .map_err(map_err("TRACKED"))
+            .map_err(map_err(map_names::TRACKED))
     }
 
     /// Stops probing `pid` in the kernel's eyes (its entry leaves the TRACKED map).
@@ -353,7 +348,7 @@ impl Engine {
     pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
         self.stats
             .insert(pid, PidStats::ZERO, 0)
-            .map_err(map_err("STATS"))?;
+            .map_err(map_err(map_names::STATS))?;
         self.purge_live(pid);
         Ok(())
     }
@@ -372,7 +367,7 @@ impl Engine {
 
     /// Prints the calls in progress (debugging aid, MEMTRACK_DEBUG_FOLLOW).
     pub(crate) fn debug_pending(&mut self) {
-        if let Some(map) = self.ebpf.map("PENDING") {
+        if let Some(map) = self.ebpf.map(map_names::PENDING) {
             let pending: Result<HashMap<&MapData, u64, memtrack_common::Pending>, _> =
                 HashMap::try_from(map);
             if let Ok(pending) = pending {
@@ -389,7 +384,7 @@ impl Engine {
             Ok(stats) => Ok(stats),
             Err(aya::maps::MapError::KeyNotFound) => Ok(PidStats::ZERO),
             Err(source) => Err(Error::Map {
-                map: "STATS",
+                map: map_names::STATS,
                 source: Box::new(source),
             }),
         }
@@ -444,7 +439,7 @@ fn missing_program(name: &str) -> Error {
 fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks) -> Result<UprobeMode> {
     if links == UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
         let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &UPROBE_PROGRAMS)?;
-        if crate::uprobe_multi::supported(programs[RETURN_PROGRAM].as_fd()) {
+        if crate::uprobe_multi::supported(programs[program_names::RETURN].as_fd()) {
             return Ok(UprobeMode::Multi(programs));
         }
     }
@@ -464,7 +459,7 @@ fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks) -> Result<UprobeMod
 fn cookie_of(target: &ProbeTarget, site: &Site) -> u64 {
     memtrack_common::cookie::make(
         target.function as u32,
-        target.function.kind().id(),
+        target.function.kind(),
         site.stack_adjust,
     )
 }
@@ -481,11 +476,15 @@ fn attach_multi(
     let mut groups: BTreeMap<(&Path, &'static str), MultiSites> = BTreeMap::new();
     for (target, site) in planned {
         let cookie = cookie_of(target, site);
-        let entry = groups.entry((&target.object, ENTRY_PROGRAM)).or_default();
+        let entry = groups
+            .entry((&target.object, program_names::ENTRY))
+            .or_default();
         entry.0.push(target.file_offset + site.entry_offset);
         entry.1.push(cookie);
         if target.function.has_return_probe() {
-            let ret = groups.entry((&target.object, RETURN_PROGRAM)).or_default();
+            let ret = groups
+                .entry((&target.object, program_names::RETURN))
+                .or_default();
             ret.0.push(target.file_offset + site.return_offset);
             ret.1.push(cookie);
         }
@@ -501,7 +500,7 @@ fn attach_multi(
             &offsets,
             &cookies,
             pid,
-            program == RETURN_PROGRAM,
+            program == program_names::RETURN,
         )
         .map_err(|source| {
             if source.raw_os_error() == Some(libc::ESRCH) {
@@ -530,9 +529,9 @@ fn attach_perf(
     let mut links: Vec<Detachable> = Vec::new();
     for (target, site) in planned {
         let cookie = cookie_of(target, site);
-        let mut sites = vec![(ENTRY_PROGRAM, site.entry_offset)];
+        let mut sites = vec![(program_names::ENTRY, site.entry_offset)];
         if target.function.has_return_probe() {
-            sites.push((RETURN_PROGRAM, site.return_offset));
+            sites.push((program_names::RETURN, site.return_offset));
         }
         for (program, offset) in sites {
             let offset = target.file_offset + offset;
@@ -586,15 +585,142 @@ fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
 
 #[cfg(test)]
 mod tests {
+    use std::mem::size_of;
+
+    use aya_obj::{ProgramSection, generated::bpf_map_type};
+    use memtrack_common::{LiveKey, Pending, PidStats, TrackState, map_names, program_names};
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UPROBE_PROGRAMS};
+
+    fn parsed() -> aya_obj::Object {
+        aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
+    }
+
     /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is
     /// only right while the programs have no CO-RE relocations.
     #[test]
     fn programs_need_no_core_relocations() {
-        let object = aya_obj::Object::parse(super::EBPF_OBJECT).unwrap();
         assert!(
-            !object.has_btf_relocations(),
+            !parsed().has_btf_relocations(),
             "the eBPF programs now have CO-RE relocations: pass the kernel's BTF to \
              EbpfLoader in Engine::load"
         );
+    }
+
+    /// Every map the loader takes out of the object (`Engine::load`, `debug_pending`),
+    /// with the map type, key and value it takes it as. A name changed on one side only,
+    /// or a key or value type changed without the other side, fails here rather than in
+    /// `Engine::load` as root.
+    #[test]
+    fn ebpf_object_has_the_maps_the_loader_takes() {
+        let hash = bpf_map_type::BPF_MAP_TYPE_HASH as u32;
+        let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
+        let expected: [(&str, u32, usize, usize); 5] = [
+            (
+                map_names::TRACKED,
+                hash,
+                size_of::<u32>(),
+                size_of::<TrackState>(),
+            ),
+            (
+                map_names::STATS,
+                hash,
+                size_of::<u32>(),
+                size_of::<PidStats>(),
+            ),
+            (
+                map_names::LIVE,
+                hash,
+                size_of::<LiveKey>(),
+                size_of::<u64>(),
+            ),
+            (
+                map_names::PENDING,
+                hash,
+                size_of::<u64>(),
+                size_of::<Pending>(),
+            ),
+            (map_names::GLOBAL, array, size_of::<u32>(), size_of::<u64>()),
+        ];
+        let object = parsed();
+        let mut names: Vec<&String> = object.maps.keys().collect();
+        names.sort();
+        for (name, map_type, key_size, value_size) in expected {
+            let map = object.maps.get(name).unwrap_or_else(|| {
+                panic!("the eBPF object has no map {name:?} (it has {names:?})")
+            });
+            assert_eq!(
+                (map.map_type(), map.key_size(), map.value_size()),
+                (map_type, key_size as u32, value_size as u32),
+                "map {name:?}: (map type, key bytes, value bytes)"
+            );
+        }
+    }
+
+    /// Every program the loader loads and attaches, with the program type it loads it
+    /// as (the uprobe_multi path loads the uprobes itself, as kprobe-type programs, so a
+    /// wrong section would not be noticed by aya there), and the raw tracepoint the
+    /// syscall program was written for.
+    #[test]
+    fn ebpf_object_has_the_programs_the_loader_attaches() {
+        let object = parsed();
+        let mut names: Vec<&String> = object.programs.keys().collect();
+        names.sort();
+        let section = |name: &str| {
+            &object
+                .programs
+                .get(name)
+                .unwrap_or_else(|| {
+                    panic!("the eBPF object has no program {name:?} (it has {names:?})")
+                })
+                .section
+        };
+        assert_eq!(
+            UPROBE_PROGRAMS,
+            [program_names::ENTRY, program_names::RETURN]
+        );
+        let entry = section(program_names::ENTRY);
+        assert!(
+            matches!(entry, ProgramSection::UProbe { sleepable: false }),
+            "{}: {entry:?}, expected a uprobe",
+            program_names::ENTRY
+        );
+        let ret = section(program_names::RETURN);
+        assert!(
+            matches!(ret, ProgramSection::URetProbe { sleepable: false }),
+            "{}: {ret:?}, expected a uretprobe",
+            program_names::RETURN
+        );
+        let (syscalls, tracepoint) = SYSCALL_PROGRAM;
+        let raw = section(syscalls);
+        assert!(
+            matches!(raw, ProgramSection::RawTracePoint),
+            "{syscalls}: {raw:?}, expected a raw tracepoint"
+        );
+        // aya-obj keeps no tracepoint name; the program's ELF section says it.
+        let elf = object::File::parse(EBPF_OBJECT).expect("parsing the eBPF object as ELF");
+        let symbol = elf
+            .symbol_by_name(syscalls)
+            .unwrap_or_else(|| panic!("no ELF symbol {syscalls:?}"));
+        let section_index = symbol
+            .section_index()
+            .unwrap_or_else(|| panic!("ELF symbol {syscalls:?} is in no section"));
+        let section_name = elf
+            .section_by_index(section_index)
+            .and_then(|s| s.name().map(str::to_owned))
+            .unwrap_or_else(|e| panic!("section of {syscalls:?}: {e}"));
+        assert_eq!(section_name, format!("raw_tp/{tracepoint}"));
+    }
+
+    /// The license the kernel is told: GPL-compatible (the programs call GPL-only
+    /// helpers), and true to the crates' MIT OR Apache-2.0.
+    #[test]
+    fn ebpf_object_license_is_dual_mit_gpl() {
+        let object = parsed();
+        assert_eq!(object.license.as_c_str(), c"Dual MIT/GPL");
+        for (name, program) in &object.programs {
+            assert_eq!(program.license, object.license, "program {name}");
+        }
     }
 }

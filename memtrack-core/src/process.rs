@@ -1,6 +1,11 @@
 //! What memtrack knows about each tracked process: identity, lifetime, probes, and the
 //! final counters of those that exited. Shared by the ptrace follower (which fills it)
 //! and the [`Tracker`](crate::Tracker) (which reads it).
+//!
+//! [`TrackedProcess`] (with its [`BenchmarkStats`] and [`ImageStats`]) is the one
+//! record of a process: [`Tracker::collect_processes`](crate::Tracker::collect_processes)
+//! returns it, a result file ([`MemtrackResult`](crate::MemtrackResult)) wraps it in a
+//! versioned envelope, and the JSON report ([`RunResults`](crate::RunResults)) lists it.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -24,6 +29,7 @@ pub enum AllocatorStatus {
 
 /// The counters of an image a process ran before it called `execve`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ImageStats {
     /// Command line of that image.
     pub command: Vec<String>,
@@ -32,8 +38,38 @@ pub struct ImageStats {
     pub stats: Stats,
 }
 
-/// One tracked process and its counters.
+impl ImageStats {
+    /// The counters `stats` of an image that ran `command`.
+    pub fn new(command: Vec<String>, stats: Stats) -> Self {
+        ImageStats { command, stats }
+    }
+}
+
+/// One benchmark region's counters: the calls made inside the regions an integration
+/// marked under this uri, in the process that holds this record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BenchmarkStats {
+    /// The benchmark's uri, as the integration named it (e.g. `benches/alloc.rs::vec_push`).
+    pub uri: String,
+    /// Calls made inside the region only.
+    pub stats: Stats,
+}
+
+impl BenchmarkStats {
+    /// The counters `stats` of benchmark `uri`.
+    pub fn new(uri: impl Into<String>, stats: Stats) -> Self {
+        BenchmarkStats {
+            uri: uri.into(),
+            stats,
+        }
+    }
+}
+
+/// One tracked process and its counters: the record the tracker returns, the result
+/// files hold and the JSON report lists.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TrackedProcess {
     /// Process id.
     pub pid: u32,
@@ -55,12 +91,43 @@ pub struct TrackedProcess {
     pub allocator: AllocatorStatus,
     /// The probes attached to it.
     pub probes: Vec<ProbeInfo>,
-    /// Its counters, for the image it ran last (from its exec).
+    /// Its counters, for the image it ran last (from its exec). When an integration
+    /// marked benchmark regions, only the regions were counted and this is their sum.
     pub stats: Stats,
     /// The images it ran before its last exec, oldest first (e.g. a shell's child
     /// between fork and exec), each with its own counters: nothing is lost, nothing
     /// is mixed into the last image's numbers.
+    #[serde(default)]
     pub earlier_images: Vec<ImageStats>,
+    /// The benchmark regions counted in this process, in order (empty when no
+    /// integration marked any; the tracker itself never fills it).
+    #[serde(default)]
+    pub benchmarks: Vec<BenchmarkStats>,
+}
+
+impl TrackedProcess {
+    /// A record of process `pid` (parent `ppid`, running `command`) with nothing known
+    /// yet: times 0, still running, nothing probed (allocator not recognised), zero
+    /// counters, no earlier images and no benchmarks. Set the fields to fill it in.
+    pub fn new(pid: u32, ppid: u32, command: Vec<String>) -> Self {
+        TrackedProcess {
+            pid,
+            ppid,
+            command,
+            started_ns: 0,
+            started_unix_ms: 0,
+            ended_ns: None,
+            exit_code: None,
+            exit_signal: None,
+            allocator: AllocatorStatus::NotRecognised {
+                reason: "probes not attached yet".into(),
+            },
+            probes: Vec::new(),
+            stats: Stats::default(),
+            earlier_images: Vec::new(),
+            benchmarks: Vec::new(),
+        }
+    }
 }
 
 /// The follower's record of a process: what will be reported, and the counters
@@ -75,23 +142,11 @@ pub(crate) struct ProcessRecord {
 
 impl ProcessRecord {
     pub(crate) fn new(pid: u32, ppid: u32) -> Self {
+        let mut process = TrackedProcess::new(pid, ppid, read_cmdline(pid));
+        process.started_ns = monotonic_ns();
+        process.started_unix_ms = unix_ms();
         ProcessRecord {
-            process: TrackedProcess {
-                pid,
-                ppid,
-                command: read_cmdline(pid),
-                started_ns: monotonic_ns(),
-                started_unix_ms: unix_ms(),
-                ended_ns: None,
-                exit_code: None,
-                exit_signal: None,
-                allocator: AllocatorStatus::NotRecognised {
-                    reason: "probes not attached yet".into(),
-                },
-                probes: Vec::new(),
-                stats: Stats::default(),
-                earlier_images: Vec::new(),
-            },
+            process,
             final_stats: None,
         }
     }

@@ -1,9 +1,11 @@
 //! Result files: one `{pid}.MemtrackResult.msgpack` per tracked process, MessagePack maps
-//! with named fields (rmp-serde), written atomically, read back with clear errors.
+//! with named fields (rmp-serde), written atomically, read back with clear errors; and
+//! [`RunResults`], every process of one run, which the JSON report serialises.
 //!
-//! Compatibility: `schema_version` is checked before anything else; fields added in
-//! later versions carry `#[serde(default)]` so older files stay readable; a file from a
-//! newer memtrack is refused with [`Error::FutureSchema`] naming the file.
+//! A file is a thin versioned envelope, [`MemtrackResult`], around the process's
+//! [`TrackedProcess`] record; [`SCHEMA_VERSION`] says what each version differs in.
+//! Real files written by each version are checked in under `tests/data/` and read by
+//! memtrack-core's tests.
 
 use std::{
     io::Write,
@@ -14,65 +16,48 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     error::{Error, Result},
-    loader::ProbeInfo,
-    process::{AllocatorStatus, ImageStats, TrackedProcess},
-    stats::Stats,
+    process::{BenchmarkStats, TrackedProcess},
 };
 
-/// The schema version this build writes, and the newest it reads. Version 2: the
-/// `syscalls` of a `stats` map may be nil (mmap/munmap/brk not counted); version 1
-/// files, which always have them, read the same.
+/// The schema version this build writes, and the newest it reads. The JSON report
+/// ([`RunResults`]) carries the same number: its processes are the same records.
+///
+/// - **1**: `stats.syscalls` is always a map.
+/// - **2** (since `count_syscalls(false)` / `--no-syscalls`): `stats.syscalls` is nil
+///   when the syscalls were not counted. Nothing else differs, so version 1 files read
+///   as version 2 with `syscalls` present.
+///
+/// `schema_version` is checked before anything else; fields added in later versions
+/// carry `#[serde(default)]` so older files stay readable; a file from a newer memtrack
+/// is refused with [`Error::FutureSchema`] naming the file. The version changes only
+/// with the layout.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
 pub const RESULT_FILE_SUFFIX: &str = ".MemtrackResult.msgpack";
 
-/// The result of tracking one process.
+/// The version of the memtrack library of this build (`memtrack_version` in what it
+/// writes).
+fn this_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// One result file: the record of one tracked process in a versioned envelope. On
+/// disk the envelope's fields and the process's sit side by side in one MessagePack map
+/// with named fields: `schema_version`, `memtrack_version`, `pid`, `ppid`, `command`,
+/// `started_ns`, `started_unix_ms`, `ended_ns`, `exit_code`, `exit_signal`,
+/// `allocator`, `probes`, `stats`, `earlier_images`, `benchmarks`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct MemtrackResult {
-    /// Version of this format ([`SCHEMA_VERSION`] when written by this build).
+    /// Version of this format ([`SCHEMA_VERSION`] when written by this build; an older
+    /// one when read from an older file).
     pub schema_version: u32,
     /// Version of the memtrack that wrote it.
     pub memtrack_version: String,
-    /// Process id.
-    pub pid: u32,
-    /// Parent process id (0 if unknown).
-    pub ppid: u32,
-    /// Command line of the image it ran last.
-    pub command: Vec<String>,
-    /// When tracking of it began, `CLOCK_MONOTONIC` ns.
-    pub started_ns: u64,
-    /// When tracking of it began, milliseconds since the Unix epoch.
-    pub started_unix_ms: u64,
-    /// When it exited, `CLOCK_MONOTONIC` ns (None: still running when written).
-    pub ended_ns: Option<u64>,
-    /// Exit code, if it exited normally.
-    pub exit_code: Option<i32>,
-    /// Signal that killed it, if any.
-    pub exit_signal: Option<i32>,
-    /// Whether its allocator was probed; if not, `stats` is not a measurement.
-    pub allocator: AllocatorStatus,
-    /// What was probed.
-    pub probes: Vec<ProbeInfo>,
-    /// The counters. When an integration marked benchmark regions, only the regions
-    /// were counted and this is their sum.
-    pub stats: Stats,
-    /// Images the process ran before its last exec, with their own counters.
-    #[serde(default)]
-    pub earlier_images: Vec<ImageStats>,
-    /// The benchmark regions counted in this process, in order (empty when no
-    /// integration marked any).
-    #[serde(default)]
-    pub benchmarks: Vec<BenchmarkStats>,
-}
-
-/// One benchmark region's counters.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BenchmarkStats {
-    /// The benchmark's uri, as the integration named it.
-    pub uri: String,
-    /// Calls made inside the region only.
-    pub stats: Stats,
+    /// The process, its counters and its benchmarks.
+    #[serde(flatten)]
+    pub process: TrackedProcess,
 }
 
 #[derive(Deserialize)]
@@ -81,30 +66,18 @@ struct VersionOnly {
 }
 
 impl MemtrackResult {
-    /// The result of one tracked process.
-    pub fn from_process(p: &TrackedProcess) -> Self {
+    /// The result file of `process`, in this build's schema version.
+    pub fn new(process: TrackedProcess) -> Self {
         MemtrackResult {
             schema_version: SCHEMA_VERSION,
-            memtrack_version: env!("CARGO_PKG_VERSION").to_string(),
-            pid: p.pid,
-            ppid: p.ppid,
-            command: p.command.clone(),
-            started_ns: p.started_ns,
-            started_unix_ms: p.started_unix_ms,
-            ended_ns: p.ended_ns,
-            exit_code: p.exit_code,
-            exit_signal: p.exit_signal,
-            allocator: p.allocator.clone(),
-            probes: p.probes.clone(),
-            stats: p.stats.clone(),
-            earlier_images: p.earlier_images.clone(),
-            benchmarks: Vec::new(),
+            memtrack_version: this_version(),
+            process,
         }
     }
 
     /// `{pid}.MemtrackResult.msgpack`.
     pub fn file_name(&self) -> String {
-        format!("{}{RESULT_FILE_SUFFIX}", self.pid)
+        format!("{}{RESULT_FILE_SUFFIX}", self.process.pid)
     }
 
     /// The MessagePack encoding (a map with named fields).
@@ -169,69 +142,115 @@ impl MemtrackResult {
                 results.push(Self::read_from(&entry.path())?);
             }
         }
-        results.sort_by_key(|r| r.pid);
+        results.sort_by_key(|r| r.process.pid);
         Ok(results)
+    }
+}
+
+/// Every tracked process of one run, versioned: what `memtrack run` collects and
+/// `memtrack report` reads back from a directory, and, serialised, the JSON report
+/// (`{"schema_version": 2, "memtrack_version": "0.1.0", "processes": [...]}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunResults {
+    /// Version of the process records' format: [`SCHEMA_VERSION`] when made by this
+    /// build (files of older versions are read into today's records).
+    pub schema_version: u32,
+    /// Version of the memtrack that made this (not of the files it was read from).
+    pub memtrack_version: String,
+    /// The processes, ordered by pid.
+    pub processes: Vec<TrackedProcess>,
+}
+
+impl RunResults {
+    /// The results of `processes` (sorted by pid here), in this build's schema version.
+    pub fn new(mut processes: Vec<TrackedProcess>) -> Self {
+        processes.sort_by_key(|p| p.pid);
+        RunResults {
+            schema_version: SCHEMA_VERSION,
+            memtrack_version: this_version(),
+            processes,
+        }
+    }
+
+    /// Reads every result file in `dir` ([`MemtrackResult::read_dir`]).
+    pub fn read_dir(dir: &Path) -> Result<Self> {
+        let files = MemtrackResult::read_dir(dir)?;
+        Ok(Self::new(files.into_iter().map(|f| f.process).collect()))
+    }
+
+    /// Writes one result file per process into `dir` ([`MemtrackResult::write_to_dir`]);
+    /// returns the paths written, in pid order.
+    pub fn write_to_dir(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        self.processes
+            .iter()
+            .map(|p| MemtrackResult::new(p.clone()).write_to_dir(dir))
+            .collect()
+    }
+
+    /// The process with this pid, if it was tracked.
+    pub fn process(&self, pid: u32) -> Option<&TrackedProcess> {
+        self.processes.iter().find(|p| p.pid == pid)
+    }
+
+    /// Every benchmark of every process with the process it ran in: in pid order, then
+    /// in the order the regions were counted.
+    pub fn benchmarks(&self) -> impl Iterator<Item = (&TrackedProcess, &BenchmarkStats)> {
+        self.processes
+            .iter()
+            .flat_map(|p| p.benchmarks.iter().map(move |b| (p, b)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use crate::{
+        loader::ProbeInfo,
+        process::AllocatorStatus,
+        stats::{FunctionStats, Stats, SyscallStats},
+    };
 
     fn sample() -> MemtrackResult {
-        let mut functions = BTreeMap::new();
-        functions.insert(
-            "malloc".to_string(),
-            crate::stats::FunctionStats {
-                calls: 3,
-                failures: 0,
-                bytes: 300,
-                grows: 0,
-                shrinks: 0,
-            },
-        );
-        MemtrackResult {
-            schema_version: SCHEMA_VERSION,
-            memtrack_version: "test".into(),
-            pid: 42,
-            ppid: 1,
-            command: vec!["prog".into(), "arg".into()],
-            started_ns: 10,
-            started_unix_ms: 20,
-            ended_ns: Some(30),
-            exit_code: Some(0),
-            exit_signal: None,
-            allocator: AllocatorStatus::Probed,
-            probes: vec![ProbeInfo {
-                function: "malloc".into(),
-                aliases: vec![],
-                object: "/lib/libc.so.6".into(),
-                symbol: "malloc".into(),
-                file_offset: 0x1000,
-                entry_offset: 0,
-                entry_instruction: "push %r12".into(),
-                entry_emulated: true,
-                return_probe: true,
-                return_offset: 0,
-            }],
-            stats: Stats {
-                alloc_calls: 3,
-                bytes_allocated: 300,
-                functions,
-                syscalls: Some(crate::stats::SyscallStats {
-                    mmap_calls: 2,
-                    mmap_bytes: 8192,
-                    ..Default::default()
-                }),
-                ..Stats::default()
-            },
-            earlier_images: vec![],
-            benchmarks: vec![BenchmarkStats {
-                uri: "bench::one".into(),
-                stats: Stats::default(),
-            }],
-        }
+        let malloc = FunctionStats {
+            calls: 3,
+            bytes: 300,
+            ..FunctionStats::default()
+        };
+        let mut stats = Stats {
+            alloc_calls: 3,
+            bytes_allocated: 300,
+            syscalls: Some(SyscallStats {
+                mmap_calls: 2,
+                mmap_bytes: 8192,
+                ..SyscallStats::default()
+            }),
+            ..Stats::default()
+        };
+        stats.functions.insert("malloc".to_string(), malloc);
+        let mut process = TrackedProcess::new(42, 1, vec!["prog".into(), "arg".into()]);
+        process.started_ns = 10;
+        process.started_unix_ms = 20;
+        process.ended_ns = Some(30);
+        process.exit_code = Some(0);
+        process.allocator = AllocatorStatus::Probed;
+        process.probes = vec![ProbeInfo {
+            function: "malloc".into(),
+            aliases: vec![],
+            object: "/lib/libc.so.6".into(),
+            symbol: "malloc".into(),
+            file_offset: 0x1000,
+            entry_offset: 0,
+            entry_instruction: "push %r12".into(),
+            entry_emulated: true,
+            return_probe: true,
+            return_offset: 0,
+        }];
+        process.stats = stats;
+        process.benchmarks = vec![BenchmarkStats::new("bench::one", Stats::default())];
+        let mut result = MemtrackResult::new(process);
+        result.memtrack_version = "test".into();
+        result
     }
 
     #[test]
@@ -242,35 +261,71 @@ mod tests {
         assert_eq!(path.file_name().unwrap(), "42.MemtrackResult.msgpack");
         assert_eq!(MemtrackResult::read_from(&path).unwrap(), result);
         let mut other = sample();
-        other.pid = 7;
+        other.process.pid = 7;
         other.write_to_dir(dir.path()).unwrap();
         let all = MemtrackResult::read_dir(dir.path()).unwrap();
-        assert_eq!(all.iter().map(|r| r.pid).collect::<Vec<_>>(), vec![7, 42]);
+        assert_eq!(
+            all.iter().map(|r| r.process.pid).collect::<Vec<_>>(),
+            vec![7, 42]
+        );
+        // The same directory as the results of one run.
+        let run = RunResults::read_dir(dir.path()).unwrap();
+        assert_eq!(run.schema_version, SCHEMA_VERSION);
+        assert_eq!(run.processes, vec![other.process, result.process]);
+        let benchmarks: Vec<(u32, &str)> = run
+            .benchmarks()
+            .map(|(p, b)| (p.pid, b.uri.as_str()))
+            .collect();
+        assert_eq!(benchmarks, vec![(7, "bench::one"), (42, "bench::one")]);
+        assert_eq!(run.process(42).map(|p| p.pid), Some(42));
+        assert_eq!(run.process(43), None);
     }
 
     #[test]
-    fn uses_named_fields() {
-        // Any MessagePack reader sees a map keyed by field name.
+    fn run_results_write_one_file_per_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut second = sample().process;
+        second.pid = 43;
+        let run = RunResults::new(vec![second, sample().process]);
+        let paths = run.write_to_dir(dir.path()).unwrap();
+        assert_eq!(
+            paths,
+            vec![
+                dir.path().join("42.MemtrackResult.msgpack"),
+                dir.path().join("43.MemtrackResult.msgpack")
+            ]
+        );
+        assert_eq!(RunResults::read_dir(dir.path()).unwrap(), run);
+    }
+
+    #[test]
+    fn is_one_flat_map_with_named_fields() {
+        // Any MessagePack reader sees one map keyed by field name: the envelope's fields
+        // beside the process's, in this order.
         let value: rmpv::Value = rmpv::decode::read_value(&mut &sample().to_bytes()[..]).unwrap();
         let map = value.as_map().expect("a map");
         let keys: Vec<&str> = map.iter().filter_map(|(k, _)| k.as_str()).collect();
-        assert!(keys.contains(&"schema_version"));
-        assert!(keys.contains(&"stats"));
-        assert!(keys.contains(&"pid"));
-    }
-
-    #[test]
-    fn version_1_files_still_read() {
-        // Version 1 differs only in that `syscalls` was always a map.
-        let dir = tempfile::tempdir().unwrap();
-        let mut old = sample();
-        old.schema_version = 1;
-        let path = old.write_to_dir(dir.path()).unwrap();
-        let read = MemtrackResult::read_from(&path).unwrap();
-        assert_eq!(read.schema_version, 1);
-        assert_eq!(read.stats.syscalls.unwrap().mmap_calls, 2);
-        // Not counted is nil, and reads back as None.
-        assert_eq!(read.benchmarks[0].stats.syscalls, None);
+        assert_eq!(
+            keys,
+            [
+                "schema_version",
+                "memtrack_version",
+                "pid",
+                "ppid",
+                "command",
+                "started_ns",
+                "started_unix_ms",
+                "ended_ns",
+                "exit_code",
+                "exit_signal",
+                "allocator",
+                "probes",
+                "stats",
+                "earlier_images",
+                "benchmarks"
+            ]
+        );
+        assert_eq!(map[0].1.as_u64(), Some(u64::from(SCHEMA_VERSION)));
     }
 
     #[test]
@@ -287,6 +342,7 @@ mod tests {
         );
         // read_dir reports it too.
         assert!(MemtrackResult::read_dir(dir.path()).is_err());
+        assert!(RunResults::read_dir(dir.path()).is_err());
     }
 
     #[test]

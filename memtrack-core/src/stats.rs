@@ -22,7 +22,11 @@ use std::collections::BTreeMap;
 
 /// Heap counters of one process or region. Sizes in bytes, times in nanoseconds of
 /// `CLOCK_MONOTONIC`, the rest plain counts.
+///
+/// New counters may be added (it is `#[non_exhaustive]`): make one with
+/// `Stats::default()` and set the fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Blocks handed out (see the module docs for what counts as one).
     pub alloc_calls: u64,
@@ -63,8 +67,9 @@ pub struct Stats {
 }
 
 /// The `mmap`, `munmap` (successful calls) and `brk` system calls of the process, as
-/// seen at syscall exit.
+/// seen at syscall exit. Made with `SyscallStats::default()` outside this crate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SyscallStats {
     /// Successful `mmap` calls.
     pub mmap_calls: u64,
@@ -83,8 +88,10 @@ pub struct SyscallStats {
     pub brk_shrunk_bytes: u64,
 }
 
-/// Counters of one allocator function.
+/// Counters of one allocator function. Made with `FunctionStats::default()` outside
+/// this crate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FunctionStats {
     /// Calls made while tracking (including failed calls and `free(NULL)`); calls made by
     /// another probed function (glibc's `realloc(NULL, n)` calling `malloc`) are not
@@ -243,79 +250,165 @@ impl Stats {
     }
 }
 
-/// Formats a byte count for humans: `512 B`, `1.5 KiB`, `3.0 MiB`, `2.00 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let b = bytes as f64;
-    if bytes < 1024 {
-        format!("{bytes} B")
-    } else if b < KIB * KIB {
-        format!("{:.1} KiB", b / KIB)
-    } else if b < KIB * KIB * KIB {
-        format!("{:.1} MiB", b / (KIB * KIB))
-    } else {
-        format!("{:.2} GiB", b / (KIB * KIB * KIB))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memtrack_common::FuncCounters;
 
+    /// Every field of the kernel's counters, each with its own value, lands in its own
+    /// field of [`Stats`]: a dropped or swapped field fails this.
     #[test]
     fn converts_every_field() {
+        // Destructured without `..`: a field added to the kernel's counters fails to
+        // compile here until this test gives it a value and checks it.
+        let PidStats {
+            alloc_calls: _,
+            free_calls: _,
+            bytes_allocated: _,
+            bytes_freed: _,
+            live_blocks: _,
+            live_bytes: _,
+            peak_live_bytes: _,
+            peak_time_ns: _,
+            failed_allocs: _,
+            unmatched_frees: _,
+            lost_events: _,
+            mmap_calls: _,
+            mmap_bytes: _,
+            munmap_calls: _,
+            munmap_bytes: _,
+            brk_calls: _,
+            brk_grown_bytes: _,
+            brk_shrunk_bytes: _,
+            // The kernel's own state for the next brk, not a counter: not reported.
+            last_brk: _,
+            _reserved: _,
+            funcs,
+            size_histogram: _,
+        } = PidStats::ZERO;
+        let FuncCounters {
+            calls: _,
+            failures: _,
+            bytes: _,
+            grows: _,
+            shrinks: _,
+        } = funcs[0];
         let mut raw = PidStats::ZERO;
-        raw.alloc_calls = 3;
+        raw.alloc_calls = 1;
         raw.free_calls = 2;
-        raw.bytes_allocated = 300;
-        raw.bytes_freed = 200;
-        raw.live_blocks = 1;
-        raw.live_bytes = 100;
-        raw.peak_live_bytes = 250;
-        raw.failed_allocs = 4;
-        raw.unmatched_frees = 5;
-        raw.lost_events = 6;
-        raw.mmap_calls = 7;
-        raw.funcs[2].calls = 9;
-        raw.funcs[2].grows = 1;
-        raw.size_histogram[0] = 1;
-        raw.size_histogram[7] = 2;
+        raw.bytes_allocated = 3;
+        raw.bytes_freed = 4;
+        raw.live_blocks = 5;
+        raw.live_bytes = 6;
+        raw.peak_live_bytes = 7;
+        raw.peak_time_ns = 8;
+        raw.failed_allocs = 9;
+        raw.unmatched_frees = 10;
+        raw.lost_events = 11;
+        raw.mmap_calls = 12;
+        raw.mmap_bytes = 13;
+        raw.munmap_calls = 14;
+        raw.munmap_bytes = 15;
+        raw.brk_calls = 16;
+        raw.brk_grown_bytes = 17;
+        raw.brk_shrunk_bytes = 18;
+        // Every counter slot, each counter of it distinct (slot i: 100*i + 1..=5).
+        for (i, f) in raw.funcs.iter_mut().enumerate() {
+            let base = 100 * i as u64;
+            f.calls = base + 1;
+            f.failures = base + 2;
+            f.bytes = base + 3;
+            f.grows = base + 4;
+            f.shrinks = base + 5;
+        }
+        // Every histogram bucket, each with its own count.
+        for (i, blocks) in raw.size_histogram.iter_mut().enumerate() {
+            *blocks = 1000 + i as u64;
+        }
+
+        let s = Stats::from(&raw);
+        let mut want = Stats {
+            alloc_calls: 1,
+            free_calls: 2,
+            bytes_allocated: 3,
+            bytes_freed: 4,
+            live_blocks: 5,
+            live_bytes: 6,
+            peak_live_bytes: 7,
+            peak_time_ns: 8,
+            failed_allocs: 9,
+            unmatched_frees: 10,
+            lost_events: 11,
+            syscalls: Some(SyscallStats {
+                mmap_calls: 12,
+                mmap_bytes: 13,
+                munmap_calls: 14,
+                munmap_bytes: 15,
+                brk_calls: 16,
+                brk_grown_bytes: 17,
+                brk_shrunk_bytes: 18,
+            }),
+            functions: BTreeMap::new(),
+            size_histogram: Vec::new(),
+        };
+        // Every slot that names a function is reported under that name; unused slots
+        // are not.
+        for i in 0..raw.funcs.len() {
+            if let Some(name) = function_name(i) {
+                let base = 100 * i as u64;
+                want.functions.insert(
+                    name.to_string(),
+                    FunctionStats {
+                        calls: base + 1,
+                        failures: base + 2,
+                        bytes: base + 3,
+                        grows: base + 4,
+                        shrinks: base + 5,
+                    },
+                );
+            }
+        }
+        assert!(want.functions.len() >= 10, "{:?}", want.functions.keys());
+        for i in 0..HISTOGRAM_BUCKETS {
+            let (min_bytes, max_bytes) = bucket_bounds(i);
+            want.size_histogram.push(SizeBucket {
+                min_bytes,
+                max_bytes,
+                blocks: 1000 + i as u64,
+            });
+        }
+        assert_eq!(s, want);
+        // The names are the reported ones, in slot order of memtrack-targets.
+        assert_eq!(s.function("malloc").unwrap().calls, 1);
+        assert_eq!(s.function("realloc").unwrap().grows, 204);
+    }
+
+    /// A function slot with only failures, or only bytes, is still reported; an empty
+    /// slot or bucket is left out.
+    #[test]
+    fn leaves_out_only_empty_slots() {
+        let mut raw = PidStats::ZERO;
+        raw.funcs[0].failures = 1;
+        raw.funcs[1].bytes = 2;
+        raw.size_histogram[7] = 3;
         let s = Stats::from(&raw);
         assert_eq!(
-            (
-                s.alloc_calls,
-                s.free_calls,
-                s.bytes_allocated,
-                s.bytes_freed
-            ),
-            (3, 2, 300, 200)
+            (function_name(0), function_name(1)),
+            (Some("malloc"), Some("calloc"))
         );
-        assert_eq!(
-            (s.live_blocks, s.live_bytes, s.peak_live_bytes),
-            (1, 100, 250)
-        );
-        assert_eq!(
-            (s.failed_allocs, s.unmatched_frees, s.lost_events),
-            (4, 5, 6)
-        );
-        assert_eq!(s.syscalls.as_ref().unwrap().mmap_calls, 7);
-        assert_eq!(s.functions.len(), 1);
-        assert_eq!(s.function("realloc").unwrap().calls, 9);
-        assert_eq!(s.function("realloc").unwrap().grows, 1);
+        let reported: Vec<(&str, u64, u64)> = s
+            .functions
+            .iter()
+            .map(|(name, f)| (name.as_str(), f.failures, f.bytes))
+            .collect();
+        assert_eq!(reported, vec![("calloc", 0, 2), ("malloc", 1, 0)]);
         assert_eq!(
             s.size_histogram,
-            vec![
-                SizeBucket {
-                    min_bytes: 0,
-                    max_bytes: 0,
-                    blocks: 1
-                },
-                SizeBucket {
-                    min_bytes: 64,
-                    max_bytes: 127,
-                    blocks: 2
-                }
-            ]
+            vec![SizeBucket {
+                min_bytes: 64,
+                max_bytes: 127,
+                blocks: 3
+            }]
         );
     }
 
@@ -356,14 +449,5 @@ mod tests {
         assert_eq!(bucket_bounds(2), (2, 3));
         assert_eq!(bucket_bounds(11), (1024, 2047));
         assert_eq!(bucket_bounds(64), (1 << 63, u64::MAX));
-    }
-
-    #[test]
-    fn formats_bytes() {
-        assert_eq!(format_bytes(0), "0 B");
-        assert_eq!(format_bytes(1023), "1023 B");
-        assert_eq!(format_bytes(1536), "1.5 KiB");
-        assert_eq!(format_bytes(3 * 1024 * 1024), "3.0 MiB");
-        assert_eq!(format_bytes(2 * 1024 * 1024 * 1024), "2.00 GiB");
     }
 }

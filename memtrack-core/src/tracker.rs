@@ -1,24 +1,25 @@
-//! [`Tracker`]: the in-process API. It owns the loaded eBPF programs, decides which
-//! processes are counted and when, and turns the kernel's counters into [`Stats`].
+//! [`Tracker`]: the in-process API. It tracks the calling process (all its threads, or
+//! one), decides when its calls are counted, and turns the kernel's counters into
+//! [`Stats`]. And [`TrackerBuilder`]: the settings both kinds of tracker share (the
+//! kernel side: map size, probe placement, link kind, syscall counting), which builds a
+//! [`Tracker`] or, for other processes, a [`ProcessTracker`].
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Arc;
 
-use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, PidStats, TrackState};
-use parking_lot::{Condvar, Mutex};
+use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, TrackState};
 
 use crate::{
     error::{Error, Result},
-    follow::{Follower, Root},
+    follow::Root,
     loader::{Engine, ProbeInfo, ProbePlacement, UprobeLinks},
-    process::{AllocatorStatus, ProcessRecord, Registry, TrackedProcess},
+    process::{AllocatorStatus, ProcessRecord, TrackedProcess},
+    process_tracker::ProcessTracker,
+    shared::Shared,
     spawn::CommandSpec,
     stats::Stats,
 };
 
-/// Which calls of the tracked process count.
+/// Which calls of the calling process a [`Tracker`] counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
     /// Every thread of the process.
@@ -29,94 +30,9 @@ pub enum Scope {
     Thread,
 }
 
-/// How a process's exit was reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// Exit code, if it exited normally.
-    pub code: Option<i32>,
-    /// Signal number, if a signal killed it.
-    pub signal: Option<i32>,
-}
-
-impl ExitStatus {
-    /// The shell convention: the code, or 128 + the signal number.
-    pub fn shell_code(&self) -> i32 {
-        match (self.code, self.signal) {
-            (Some(code), _) => code,
-            (None, Some(sig)) => 128 + sig,
-            (None, None) => 1,
-        }
-    }
-}
-
-/// State shared by the tracker and its follower thread.
-pub(crate) struct Shared {
-    pub(crate) engine: Mutex<Engine>,
-    /// Whether mmap/munmap/brk are counted (the syscall tracepoint is attached).
-    count_syscalls: bool,
-    pub(crate) registry: Mutex<Registry>,
-    enabled: AtomicBool,
-    root_exit: Mutex<Option<ExitStatus>>,
-    root_exit_cv: Condvar,
-}
-
-impl Shared {
-    pub(crate) fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::SeqCst)
-    }
-
-    /// Applies `state` to every tracked process still running (and, through the
-    /// `enabled` flag, to processes that start later). Allocates nothing: `start` and
-    /// `stop` go through here.
-    fn set_all_states(&self, state: TrackState) -> Result<()> {
-        self.enabled.store(state.enabled != 0, Ordering::SeqCst);
-        let mut engine = self.engine.lock();
-        let registry = self.registry.lock();
-        for record in registry.values().filter(|r| r.process.ended_ns.is_none()) {
-            engine.set_state(record.process.pid, state)?;
-        }
-        Ok(())
-    }
-
-    /// Raw counters as [`Stats`]; the syscall counters are `None` when not counted.
-    pub(crate) fn stats(&self, raw: &PidStats) -> Stats {
-        let mut stats = Stats::from(raw);
-        if !self.count_syscalls {
-            stats.syscalls = None;
-        }
-        stats
-    }
-
-    /// The raw counters of `pid`: captured at its exit, or read from the kernel now.
-    fn raw_stats(&self, pid: u32) -> Result<PidStats> {
-        if let Some(record) = self.registry.lock().get(&pid)
-            && let Some(stats) = record.final_stats
-        {
-            return Ok(stats);
-        }
-        self.engine.lock().read_stats(pid)
-    }
-
-    /// The tracked processes still running.
-    fn live_pids(&self) -> Vec<u32> {
-        self.registry
-            .lock()
-            .values()
-            .filter(|r| r.process.ended_ns.is_none())
-            .map(|r| r.process.pid)
-            .collect()
-    }
-
-    pub(crate) fn root_exited(&self, code: Option<i32>, signal: Option<i32>) {
-        *self.root_exit.lock() = Some(ExitStatus { code, signal });
-        self.root_exit_cv.notify_all();
-    }
-}
-
-/// Configures a [`Tracker`]. Start with [`Tracker::builder`].
+/// Configures a [`Tracker`] or a [`ProcessTracker`]. Start with [`Tracker::builder`].
 #[derive(Clone, Debug)]
 pub struct TrackerBuilder {
-    scope: Scope,
     max_live_blocks: u32,
     start_enabled: bool,
     placement: ProbePlacement,
@@ -127,7 +43,6 @@ pub struct TrackerBuilder {
 impl Default for TrackerBuilder {
     fn default() -> Self {
         TrackerBuilder {
-            scope: Scope::Process,
             max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
             start_enabled: true,
             placement: ProbePlacement::default(),
@@ -138,12 +53,6 @@ impl Default for TrackerBuilder {
 }
 
 impl TrackerBuilder {
-    /// Which calls count (default: every thread of the process).
-    pub fn scope(mut self, scope: Scope) -> Self {
-        self.scope = scope;
-        self
-    }
-
     /// Capacity of the kernel's live-block map, shared by all tracked processes
     /// (default 1,048,576 blocks, about 80 MiB of kernel memory when full). A full map
     /// is counted in `lost_events`, never silent.
@@ -153,7 +62,9 @@ impl TrackerBuilder {
     }
 
     /// For [`spawn`](Self::spawn) and [`attach_pid`](Self::attach_pid): whether counting
-    /// is on from the start (default) or waits for [`Tracker::start`].
+    /// is on from the start (default) or waits for [`ProcessTracker::start`]. A
+    /// [`Tracker`] of the calling process always waits for [`Tracker::start`]: counting
+    /// from its construction would count the caller's own setup.
     pub fn start_enabled(mut self, enabled: bool) -> Self {
         self.start_enabled = enabled;
         self
@@ -183,62 +94,30 @@ impl TrackerBuilder {
         self
     }
 
+    /// Loads the eBPF programs with these settings.
     fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
-        Ok(Arc::new(Shared {
-            engine: Mutex::new(Engine::load(
-                self.max_live_blocks,
-                self.placement,
-                self.links,
-                self.count_syscalls,
-            )?),
-            count_syscalls: self.count_syscalls,
-            registry: Mutex::new(Registry::new()),
-            enabled: AtomicBool::new(enabled),
-            root_exit: Mutex::new(None),
-            root_exit_cv: Condvar::new(),
-        }))
+        let engine = Engine::load(
+            self.max_live_blocks,
+            self.placement,
+            self.links,
+            self.count_syscalls,
+        )?;
+        Ok(Arc::new(Shared::new(engine, self.count_syscalls, enabled)))
     }
 
-    /// A tracker of the calling process (all its threads, or with [`Scope::Thread`] the
-    /// thread that calls `start`). Counting is off until [`Tracker::start`].
-    pub fn build(self) -> Result<Tracker> {
-        let pid = std::process::id();
-        let shared = self.shared(false)?;
-        {
-            let mut engine = shared.engine.lock();
-            engine.reset_stats(pid)?;
-            engine.set_state(pid, TrackState::default())?;
-            let probes = engine.attach_process(pid)?;
-            let mut record = ProcessRecord::new(pid, std::os::unix::process::parent_id());
-            record.process.probes = probes;
-            record.process.allocator = AllocatorStatus::Probed;
-            shared.registry.lock().insert(pid, record);
-        }
-        Ok(Tracker {
-            shared,
-            pid,
-            scope: self.scope,
-            follower: None,
-        })
+    /// A tracker of the calling process: all its threads ([`Scope::Process`], what
+    /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
+    /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
+    pub fn build(self, scope: Scope) -> Result<Tracker> {
+        Tracker::attach_self(self.shared(false)?, scope)
     }
 
     /// Starts `command` held stopped before its exec, probes it, and lets it run; every
     /// process it starts is followed and tracked with its own counters. Counting starts
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
-    pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<Tracker> {
-        if self.scope == Scope::Thread {
-            return Err(Error::Usage(
-                "Scope::Thread applies to the calling process only",
-            ));
-        }
+    pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         let shared = self.shared(self.start_enabled)?;
-        let (follower, pid) = Follower::start(shared.clone(), Root::Spawn(command.into()))?;
-        Ok(Tracker {
-            shared,
-            pid,
-            scope: Scope::Process,
-            follower: Some(follower),
-        })
+        ProcessTracker::follow(shared, Root::Spawn(command.into()))
     }
 
     /// Tracks a running process and every process it starts from now on. Calls made
@@ -246,84 +125,20 @@ impl TrackerBuilder {
     /// `unmatched_frees`). Needs CAP_SYS_PTRACE over the process (root, or the same user
     /// with a permissive `kernel.yama.ptrace_scope`). If `pid` is a child of the calling
     /// process, the tracker reaps it when it exits: take its exit status from
-    /// [`Tracker::wait`], not from your own `wait`.
-    pub fn attach_pid(self, pid: u32) -> Result<Tracker> {
-        if self.scope == Scope::Thread {
-            return Err(Error::Usage(
-                "Scope::Thread applies to the calling process only",
-            ));
-        }
+    /// [`ProcessTracker::wait`], not from your own `wait`. The calling process itself is
+    /// refused ([`Error::Usage`]): a process cannot trace itself; use [`Tracker::new`].
+    pub fn attach_pid(self, pid: u32) -> Result<ProcessTracker> {
         if pid == std::process::id() {
             return Err(Error::Usage(
                 "attach_pid cannot track the calling process; use Tracker::new",
             ));
         }
         let shared = self.shared(self.start_enabled)?;
-        let (follower, pid) = Follower::start(shared.clone(), Root::Attach(pid))?;
-        Ok(Tracker {
-            shared,
-            pid,
-            scope: Scope::Process,
-            follower: Some(follower),
-        })
+        ProcessTracker::follow(shared, Root::Attach(pid))
     }
 }
 
-/// A cheap, cloneable handle to a tracker's per-process controls, usable from another
-/// thread while the tracker waits (the runner's FIFO handler uses it to count only
-/// inside benchmark regions).
-#[derive(Clone)]
-pub struct TrackerControl {
-    shared: Arc<Shared>,
-}
-
-impl TrackerControl {
-    /// Turns counting on or off for one tracked process (all its threads).
-    pub fn set_process_enabled(&self, pid: u32, enabled: bool) -> Result<()> {
-        let mut engine = self.shared.engine.lock();
-        engine.set_state(
-            pid,
-            TrackState {
-                enabled: enabled as u32,
-                tid: 0,
-            },
-        )
-    }
-
-    /// Turns counting on or off for every tracked process, and for processes that
-    /// start later.
-    pub fn set_all_enabled(&self, enabled: bool) -> Result<()> {
-        self.shared.set_all_states(TrackState {
-            enabled: enabled as u32,
-            tid: 0,
-        })
-    }
-
-    /// Zeroes one process's counters and forgets its live blocks.
-    pub fn reset_process(&self, pid: u32) -> Result<()> {
-        let mut registry = self.shared.registry.lock();
-        if let Some(record) = registry.get_mut(&pid)
-            && record.final_stats.is_some()
-        {
-            record.final_stats = Some(PidStats::ZERO);
-            return Ok(());
-        }
-        drop(registry);
-        self.shared.engine.lock().reset_stats(pid)
-    }
-
-    /// One process's counters now (or when it exited).
-    pub fn process_stats(&self, pid: u32) -> Result<Stats> {
-        Ok(self.shared.stats(&self.shared.raw_stats(pid)?))
-    }
-
-    /// Every tracked process, as in [`Tracker::collect_processes`].
-    pub fn processes(&self) -> Vec<u32> {
-        self.shared.registry.lock().keys().copied().collect()
-    }
-}
-
-/// Counts the heap allocations of a process, in the kernel, exactly.
+/// Counts the heap allocations of the calling process, in the kernel, exactly.
 ///
 /// ```no_run
 /// let mut tracker = memtrack::Tracker::new()?;
@@ -337,40 +152,63 @@ impl TrackerControl {
 /// # Ok::<(), memtrack::Error>(())
 /// ```
 ///
-/// Dropping the tracker detaches every probe (and stops following processes).
+/// To track a command or another running process, and the processes they start, use
+/// [`Tracker::builder`]`().spawn(..)` or `.attach_pid(..)`, which return a
+/// [`ProcessTracker`]: that one has a root process to
+/// [`wait`](ProcessTracker::wait) for and several processes to collect, this one
+/// neither.
+///
+/// It has no [`wait`](ProcessTracker::wait) or
+/// [`collect_processes`](ProcessTracker::collect_processes): there is no other process
+/// to wait for or collect.
+///
+/// ```compile_fail
+/// let tracker = memtrack::Tracker::new()?;
+/// let exit = tracker.wait()?; // a ProcessTracker's method
+/// # Ok::<(), memtrack::Error>(())
+/// ```
+///
+/// Dropping the tracker detaches every probe.
 pub struct Tracker {
     shared: Arc<Shared>,
     pid: u32,
     scope: Scope,
-    follower: Option<Follower>,
 }
 
 impl Tracker {
     /// A tracker of the calling process, all threads; counting is off until
     /// [`start`](Self::start). Needs CAP_BPF and CAP_PERFMON (or root).
     pub fn new() -> Result<Tracker> {
-        Tracker::builder().build()
+        Tracker::builder().build(Scope::Process)
     }
 
-    /// Configure a tracker: scope, map size, another process or a command.
+    /// Configure a tracker: map size, probe placement, link kind, syscall counting; then
+    /// [`build`](TrackerBuilder::build) one of this process, or
+    /// [`spawn`](TrackerBuilder::spawn) a command or
+    /// [`attach_pid`](TrackerBuilder::attach_pid) to a process.
     pub fn builder() -> TrackerBuilder {
         TrackerBuilder::default()
     }
 
-    /// A handle to per-process controls, for another thread.
-    pub fn control(&self) -> TrackerControl {
-        TrackerControl {
-            shared: self.shared.clone(),
+    /// Probes the calling process with the loaded programs of `shared`, counting off.
+    pub(crate) fn attach_self(shared: Arc<Shared>, scope: Scope) -> Result<Tracker> {
+        let pid = std::process::id();
+        {
+            let mut engine = shared.engine.lock();
+            engine.reset_stats(pid)?;
+            engine.set_state(pid, TrackState::default())?;
+            let probes = engine.attach_process(pid)?;
+            let mut record = ProcessRecord::new(pid, std::os::unix::process::parent_id());
+            record.process.probes = probes;
+            record.process.allocator = AllocatorStatus::Probed;
+            shared.registry.lock().insert(pid, record);
         }
+        Ok(Tracker { shared, pid, scope })
     }
 
-    /// The pid of the tracked (root) process.
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// Turns counting on. Nothing is allocated on the way out of this call, so the
-    /// tracker's own work is never counted.
+    /// Turns counting on: for every thread, or with [`Scope::Thread`] for the calling
+    /// thread only. Nothing is allocated on the way out of this call, so the tracker's
+    /// own work is never counted.
     pub fn start(&mut self) -> Result<()> {
         self.set_enabled(true)
     }
@@ -391,85 +229,41 @@ impl Tracker {
         })
     }
 
-    /// The counters of the tracked (root) process since it was first tracked or last
-    /// [`reset`](Self::reset).
+    /// The counters since the tracker was made or last [`reset`](Self::reset).
     pub fn collect(&self) -> Result<Stats> {
-        Ok(self.shared.stats(&self.shared.raw_stats(self.pid)?))
+        self.shared.collect(self.pid)
     }
 
-    /// Every tracked process (the root and its descendants) with its own counters,
-    /// ordered by pid.
-    pub fn collect_processes(&self) -> Result<Vec<TrackedProcess>> {
-        let records: Vec<ProcessRecord> = self.shared.registry.lock().values().cloned().collect();
-        records
-            .iter()
-            .map(|record| {
-                let raw = self.shared.raw_stats(record.process.pid)?;
-                Ok(record.report(self.shared.stats(&raw)))
-            })
-            .collect()
+    /// This process as a tracked process: pid, command line, probes and the counters
+    /// of [`collect`](Self::collect) (what a result file holds).
+    pub fn process(&self) -> Result<TrackedProcess> {
+        let record = self.shared.registry.lock().get(&self.pid).cloned();
+        let record = record.expect("the calling process is registered when the tracker is made");
+        Ok(record.report(self.collect()?))
     }
 
-    /// Zeroes the counters of every tracked process. Blocks allocated before the reset
-    /// are forgotten: their frees count as `unmatched_frees`.
+    /// Zeroes the counters. Blocks allocated before the reset are forgotten: their
+    /// frees count as `unmatched_frees`.
     pub fn reset(&mut self) -> Result<()> {
-        let pids = self.shared.live_pids();
-        let mut engine = self.shared.engine.lock();
-        for pid in pids {
-            engine.reset_stats(pid)?;
-        }
-        Ok(())
+        self.shared.reset_live()
     }
 
-    /// The probes attached to the root process (what was measured).
+    /// The probes attached to this process (what was measured).
     pub fn probes(&self) -> Vec<ProbeInfo> {
-        self.shared.engine.lock().probes_of(self.pid)
+        self.shared.probes(self.pid)
     }
 
     /// Events that could not be attributed to any process (see
-    /// [`Stats::lost_events`] for per-process losses). 0 means nothing was lost.
+    /// [`Stats::lost_events`] for this process's losses). 0 means nothing was lost.
     pub fn unattributed_lost_events(&self) -> u64 {
-        self.shared.engine.lock().unattributed_losses()
-    }
-
-    /// For spawned or attached trackers: waits until the root process exits and returns
-    /// how it exited. Its descendants may still run (and stay tracked).
-    pub fn wait(&self) -> Result<ExitStatus> {
-        if self.follower.is_none() {
-            return Err(Error::Usage(
-                "wait() is for trackers made with spawn() or attach_pid()",
-            ));
-        }
-        let mut exit = self.shared.root_exit.lock();
-        while exit.is_none() {
-            self.shared.root_exit_cv.wait(&mut exit);
-        }
-        Ok(exit.expect("checked above"))
+        self.shared.unattributed_lost_events()
     }
 
     /// Detaches every probe and waits until the kernel has removed them: about 55 ms
     /// here with uprobe_multi links, about 110 ms per probed function with perf-event
     /// links (BENCHMARKS.md). Dropping the tracker also detaches everything, but returns
     /// at once and lets a background thread wait (the process's exit waits for it).
-    pub fn close(mut self) {
-        if let Some(mut follower) = self.follower.take() {
-            follower.shutdown();
-        }
-        self.shared.engine.lock().detach_all_now();
-    }
-
-    /// The root's exit status if it has exited.
-    pub fn try_wait(&self) -> Option<ExitStatus> {
-        *self.shared.root_exit.lock()
-    }
-}
-
-impl Drop for Tracker {
-    fn drop(&mut self) {
-        // Stop following first (the follower uses the engine), then the engine's drop
-        // detaches every probe and unloads the programs.
-        if let Some(mut follower) = self.follower.take() {
-            follower.shutdown();
-        }
+    pub fn close(self) {
+        self.shared.detach_all_now();
     }
 }

@@ -15,7 +15,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    ffi::CString,
+    ffi::{CStr, CString},
     io,
     os::{
         fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
@@ -109,17 +109,21 @@ pub(crate) fn load_programs(
             .functions
             .get(&program.function_key())
             .ok_or_else(|| parse_err("no code for program", &name))?;
-        let fd = load_one(name, &function.instructions).map_err(|source| Error::Program {
-            program: name.to_string(),
-            source: Box::new(source),
+        let fd = load_one(name, &function.instructions, &program.license).map_err(|source| {
+            Error::Program {
+                program: name.to_string(),
+                source: Box::new(source),
+            }
         })?;
         loaded.insert(name, fd);
     }
     Ok(loaded)
 }
 
-fn load_one(name: &str, insns: &[bpf_insn]) -> io::Result<OwnedFd> {
-    let license = c"GPL";
+/// Loads one program; `license` is the object's license section, which the kernel checks
+/// (GPL-only helpers need a GPL-compatible license), passed as aya passes it for the
+/// programs it loads.
+fn load_one(name: &str, insns: &[bpf_insn], license: &CStr) -> io::Result<OwnedFd> {
     let attempt = |log: Option<&mut Vec<u8>>| {
         let mut attr = zeroed_attr();
         // SAFETY: writing plain integers into the prog-load member of the union.

@@ -8,7 +8,7 @@
 
 use std::{io::Read, os::fd::AsRawFd};
 
-use memtrack::{CommandSpec, ProbePlacement, Tracker, UprobeLinks};
+use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Stats, Tracker, UprobeLinks};
 use memtrack_test_support::{diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
@@ -76,35 +76,90 @@ exact! {
     leak => "leak",
     peak => "peak",
     threads_8x100k_exact_no_loss => "threads",
-    mmap_brk_heap_counters_stay_zero => "mmap_brk",
 }
 
+/// The syscall counters of `stats` under the names expected.json uses (SyscallStats's).
+fn syscalls_of(stats: &Stats) -> serde_json::Map<String, serde_json::Value> {
+    let syscalls = stats
+        .syscalls
+        .as_ref()
+        .expect("syscalls are counted by default");
+    match serde_json::to_value(syscalls).unwrap() {
+        serde_json::Value::Object(fields) => fields,
+        other => panic!("SyscallStats serialised as {other}"),
+    }
+}
+
+/// mmap_brk from exec to exit, in each probe setting of the `exact!` tests: no heap
+/// counter moves, and every syscall counter holds at least the fixture's own calls
+/// (ld.so's start-up mappings come on top). A tracker counting nothing fails.
 #[test]
-fn mmap_brk_syscalls_are_counted() {
-    if !require_privileges("mmap_brk_syscalls_are_counted") {
+fn mmap_brk_from_exec_heap_zero_syscalls_at_least_its_own() {
+    if !require_privileges("mmap_brk_from_exec_heap_zero_syscalls_at_least_its_own") {
         return;
     }
-    let tracker = Tracker::builder()
-        .spawn(CommandSpec::new(fixture("mmap_brk")))
-        .unwrap();
-    tracker.wait().unwrap();
-    let stats = tracker.collect().unwrap();
-    let own = &expected()["fixtures"]["mmap_brk"]["processes"]["main"]["own_syscalls_not_exact"];
-    // The loader maps libraries too, so the fixture's own calls are a lower bound.
-    let s = stats.syscalls.as_ref().expect("counted by default");
-    assert!(s.mmap_calls >= own["mmap_calls"].as_u64().unwrap(), "{s:?}");
-    assert!(s.mmap_bytes >= own["mmap_bytes"].as_u64().unwrap(), "{s:?}");
-    assert!(
-        s.munmap_calls >= own["munmap_calls"].as_u64().unwrap(),
-        "{s:?}"
+    let spec = &expected()["fixtures"]["mmap_brk"]["without_protocol"]["processes"]["main"];
+    let at_least = spec["syscalls_at_least"].as_object().unwrap();
+    for (placement, links) in [
+        (ProbePlacement::Cheapest, UprobeLinks::Auto),
+        (ProbePlacement::FunctionEntry, UprobeLinks::Auto),
+        (ProbePlacement::Cheapest, UprobeLinks::PerfEvent),
+    ] {
+        let setting = format!("{placement:?}, {links:?}");
+        let tracker = Tracker::builder()
+            .probe_placement(placement)
+            .uprobe_links(links)
+            .spawn(CommandSpec::new(fixture("mmap_brk")))
+            .unwrap();
+        assert_eq!(tracker.wait().unwrap().code, Some(0), "{setting}");
+        let processes = tracker.collect_processes().unwrap();
+        assert_eq!(processes.len(), 1, "{setting}: {processes:#?}");
+        let stats = &processes[0].stats;
+        let d = diff(stats, spec);
+        assert!(d.is_empty(), "{setting}: {d:#?}\n{stats:#?}");
+        let got = syscalls_of(stats);
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            at_least.keys().collect::<Vec<_>>(),
+            "{setting}: the expectation names every syscall counter"
+        );
+        for (name, want) in at_least {
+            let (got, want) = (got[name].as_u64().unwrap(), want.as_u64().unwrap());
+            assert!(
+                got >= want,
+                "{setting}: {name} = {got}, expected at least {want}"
+            );
+        }
+    }
+}
+
+/// mmap_brk from the protocol's "go" to exit: exactly the fixture's own mmap, munmap
+/// and brk calls (lengths in bytes, the break's growth and shrinkage), and no heap
+/// counter moves.
+#[test]
+fn mmap_brk_from_go_exact_syscalls_heap_zero() {
+    if !require_privileges("mmap_brk_from_go_exact_syscalls_heap_zero") {
+        return;
+    }
+    let stats = run_protocol(
+        |ready_w, go_r| {
+            let spec = CommandSpec::new(fixture("mmap_brk"))
+                .fd(3, ready_w)
+                .fd(4, go_r);
+            Tracker::builder().start_enabled(false).spawn(spec).unwrap()
+        },
+        |mut tracker| {
+            tracker.start().unwrap();
+            tracker
+        },
     );
-    assert!(
-        s.munmap_bytes >= own["munmap_bytes"].as_u64().unwrap(),
-        "{s:?}"
-    );
-    assert!(
-        s.brk_grown_bytes >= 8192 && s.brk_shrunk_bytes >= 8192,
-        "{s:?}"
+    let spec = &expected()["fixtures"]["mmap_brk"]["processes"]["main"];
+    let d = diff(&stats, spec);
+    assert!(d.is_empty(), "{d:#?}\n{stats:#?}");
+    assert_eq!(
+        serde_json::Value::Object(syscalls_of(&stats)),
+        spec["syscalls"],
+        "{stats:#?}"
     );
 }
 
@@ -131,14 +186,14 @@ fn fork_parent_and_child_each_exact() {
     assert!(d.is_empty(), "child: {d:#?}");
 }
 
-/// Runs prestart_free through its ready/go protocol (tests/fixtures/fixture.h):
-/// `launch` starts it with the ready pipe's write end and the go pipe's read end (to
-/// become its fds 3 and 4); once it says ready, `at_ready` turns what `launch` returned
-/// into a counting tracker; then "go", and the counters must be the protocol mode's.
-fn prestart_protocol<L>(
+/// Runs a fixture through its ready/go protocol (tests/fixtures/fixture.h): `launch`
+/// starts it with the ready pipe's write end and the go pipe's read end (to become its
+/// fds 3 and 4); once it says ready, `at_ready` turns what `launch` returned into a
+/// counting tracker; then "go". Returns the counters from "go" to exit (exit status 0).
+fn run_protocol<L>(
     launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
-    at_ready: impl FnOnce(L) -> Tracker,
-) {
+    at_ready: impl FnOnce(L) -> ProcessTracker,
+) -> Stats {
     let (ready_r, ready_w) = nix::unistd::pipe().unwrap();
     let (go_r, go_w) = nix::unistd::pipe().unwrap();
     let launched = launch(ready_w.as_raw_fd(), go_r.as_raw_fd());
@@ -152,7 +207,15 @@ fn prestart_protocol<L>(
     drop(go_w);
     let status = tracker.wait().unwrap();
     assert_eq!(status.code, Some(0));
-    let stats = tracker.collect().unwrap();
+    tracker.collect().unwrap()
+}
+
+/// prestart_free run through the protocol: the counters must be the protocol mode's.
+fn prestart_protocol<L>(
+    launch: impl FnOnce(std::os::fd::RawFd, std::os::fd::RawFd) -> L,
+    at_ready: impl FnOnce(L) -> ProcessTracker,
+) {
+    let stats = run_protocol(launch, at_ready);
     let d = diff(
         &stats,
         &expected()["fixtures"]["prestart_free"]["processes"]["main"],
@@ -261,7 +324,7 @@ fn copy_libraries(exe: &std::path::Path, root: &std::path::Path) -> Vec<std::pat
 
 /// The one tracked process running `exe` at the end, checked against `name`'s expected
 /// numbers; returns it.
-fn check_final_image(tracker: &Tracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
+fn check_final_image(tracker: &ProcessTracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
     let processes = tracker.collect_processes().unwrap();
     let process = processes
         .iter()

@@ -18,10 +18,8 @@ fn process_scope() {
     let mut tracker = Tracker::new().unwrap();
 
     // Nothing between start and stop: exactly zero, every time (syscalls counted, 0).
-    let zero = memtrack::Stats {
-        syscalls: Some(memtrack::SyscallStats::default()),
-        ..memtrack::Stats::default()
-    };
+    let mut zero = memtrack::Stats::default();
+    zero.syscalls = Some(memtrack::SyscallStats::default());
     for round in 0..100 {
         tracker.reset().unwrap();
         tracker.start().unwrap();
@@ -45,6 +43,25 @@ fn process_scope() {
     assert_eq!(stats.function("malloc").unwrap().calls, 1);
     assert_eq!(stats.function("free").unwrap().calls, 1);
     assert!(stats.peak_time_ns > 0);
+    assert_eq!(tracker.unattributed_lost_events(), 0);
+
+    // What was probed: this process's libc, malloc with a return probe, free without.
+    let probes = tracker.probes();
+    let probe = |function: &str| {
+        probes
+            .iter()
+            .find(|p| p.function == function)
+            .unwrap_or_else(|| panic!("no probe on {function}: {probes:#?}"))
+    };
+    for (function, return_probe) in [("malloc", true), ("free", false)] {
+        let p = probe(function);
+        assert_eq!(p.return_probe, return_probe, "{p:#?}");
+        assert!(
+            p.object.to_string_lossy().contains("libc.so"),
+            "{function} probed in {}",
+            p.object.display()
+        );
+    }
 
     // A Vec<u64> grown by pushes: 8 pushes reallocate at capacities 4 -> 8 (the first
     // push allocates 4 elements = 32 bytes with malloc, the fifth grows to 64 bytes

@@ -30,7 +30,7 @@ fn counts_only_the_calling_thread() {
         })
         .collect();
 
-    let mut tracker = Tracker::builder().scope(Scope::Thread).build().unwrap();
+    let mut tracker = Tracker::builder().build(Scope::Thread).unwrap();
     for _ in 0..20 {
         tracker.reset().unwrap();
         tracker.start().unwrap();
@@ -100,7 +100,7 @@ fn mmap_and_munmap_are_counted_exactly() {
     if !require_privileges("mmap_and_munmap_are_counted_exactly") {
         return;
     }
-    let mut tracker = Tracker::builder().scope(Scope::Thread).build().unwrap();
+    let mut tracker = Tracker::builder().build(Scope::Thread).unwrap();
     let stats = map_and_unmap(&mut tracker);
     let s = stats.syscalls.as_ref().expect("counted by default");
     assert_eq!(s.mmap_calls, 2, "{s:?}");
@@ -118,9 +118,8 @@ fn syscalls_not_counted_are_none() {
         return;
     }
     let mut tracker = Tracker::builder()
-        .scope(Scope::Thread)
         .count_syscalls(false)
-        .build()
+        .build(Scope::Thread)
         .unwrap();
     let stats = map_and_unmap(&mut tracker);
     assert_eq!(stats.syscalls, None, "{stats:?}");

@@ -24,10 +24,14 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// The license the kernel is told (BPF_PROG_LOAD's `license`, read from this section by
+/// aya and by memtrack-core's uprobe_multi.rs). The crates are MIT OR Apache-2.0; the
+/// kernel knows no such string, but it counts "Dual MIT/GPL" as GPL-compatible, which
+/// GPL-only helpers (`bpf_probe_read_kernel`, `bpf_probe_read_user`) require.
 #[cfg(target_arch = "bpf")]
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {}

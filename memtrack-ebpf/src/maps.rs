@@ -1,5 +1,6 @@
-//! The maps shared with user space. Their names are the contract with the loader
-//! (memtrack-core/src/loader.rs looks them up by these names).
+//! The maps shared with user space. `#[map]` names each map after its static, and the
+//! loader looks maps up by `memtrack_common::map_names`: a static is renamed only with
+//! its constant (memtrack-core's loader.rs tests `ebpf_object_*` fail otherwise).
 
 use aya_ebpf::{
     macros::map,

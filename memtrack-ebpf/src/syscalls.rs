@@ -45,7 +45,9 @@ fn counted_stats() -> Option<*mut memtrack_common::PidStats> {
     account::stats_of(tgid_of(id))
 }
 
-/// `sys_exit(struct pt_regs *regs, long ret)`.
+/// `sys_exit(struct pt_regs *regs, long ret)`. The program's name and its tracepoint are
+/// `memtrack_common::program_names::{SYS_EXIT, SYS_EXIT_TRACEPOINT}` (the macro takes
+/// only a literal; memtrack-core's loader.rs tests `ebpf_object_*` tie them).
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let regs: *const pt_regs = ctx.arg(0);

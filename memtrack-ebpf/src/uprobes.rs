@@ -1,17 +1,20 @@
 //! One entry program and one return program for every probed symbol (malloc, operator
 //! new, mallocx, mi_malloc, free, ...). Each probe's cookie (`memtrack_common::cookie`)
-//! holds the function's counter slot, its argument layout (`memtrack_common::kind`) and
+//! holds the function's counter slot, its argument layout (`memtrack_common::Kind`) and
 //! the probe site's stack adjustment; the entry program dispatches on the layout. One
 //! program each means one uprobe_multi link each per probed file and process, and
-//! detaching a link costs the same for one site or a hundred (loader.rs). The loader
-//! attaches them by these names. Argument layouts follow the System V x86-64 ABI.
+//! detaching a link costs the same for one site or a hundred (loader.rs). aya-ebpf names
+//! each program after its function, and the loader attaches them by
+//! `memtrack_common::program_names` (memtrack-core's loader.rs tests `ebpf_object_*`
+//! tie the two).
+//! Argument layouts follow the System V x86-64 ABI.
 
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, generated::bpf_get_attach_cookie},
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use memtrack_common::{Pending, PidStats, cookie, kind, pending_flags};
+use memtrack_common::{Kind, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
     account::{self, Nesting, current, tgid_of},
@@ -22,22 +25,24 @@ use crate::{
 struct Call {
     pid_tgid: u64,
     func: u32,
-    kind: u32,
+    kind: Kind,
     entry_sp: u64,
 }
 
+/// The call an entry probe sits on, from its cookie; `None` when the cookie's kind bits
+/// name no [`Kind`] (the loader and this object disagree).
 #[inline(always)]
-fn call(ctx: &ProbeContext) -> Call {
+fn call(ctx: &ProbeContext) -> Option<Call> {
     // SAFETY: the context is the probe's own; the helper takes it as is.
     let c = unsafe { bpf_get_attach_cookie(ctx.regs.cast()) };
     // SAFETY: reading the saved registers of the probe context.
     let rsp = unsafe { (*ctx.regs).rsp };
-    Call {
+    Some(Call {
         pid_tgid: current(),
         func: cookie::func(c),
-        kind: cookie::kind(c),
+        kind: cookie::kind(c)?,
         entry_sp: account::entry_sp(rsp, c),
-    }
+    })
 }
 
 #[inline(always)]
@@ -88,7 +93,7 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> u32 {
     let pending = Pending {
         depth: 1,
         func: c.func,
-        kind: c.kind,
+        kind: c.kind.id(),
         _pad: 0,
         size,
         ptr,
@@ -112,7 +117,7 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
     let mut pending = Pending {
         depth: 1,
         func: c.func,
-        kind: c.kind,
+        kind: c.kind.id(),
         _pad: 0,
         size,
         ptr,
@@ -146,9 +151,9 @@ fn alloc_return(ret: u64) -> u32 {
     let Some(stats) = account::stats_of(tgid) else {
         return 0;
     };
-    match p.kind {
-        kind::REALLOC | kind::REALLOCARRAY => realloc_return(stats, tgid, &p, ret),
-        kind::POSIX_MEMALIGN => {
+    match Kind::from_id(p.kind) {
+        Some(Kind::Realloc | Kind::Reallocarray) => realloc_return(stats, tgid, &p, ret),
+        Some(Kind::PosixMemalign) => {
             // posix_memalign returns an int error number; the block is in *memptr.
             if ret as u32 != 0 {
                 account::count_failure(stats, p.func);
@@ -164,13 +169,18 @@ fn alloc_return(ret: u64) -> u32 {
                 }
             }
         }
-        _ => {
+        Some(Kind::SizeFirst | Kind::SizeSecond | Kind::Calloc) => {
             if ret == 0 || p.flags & pending_flags::OVERFLOW != 0 {
                 account::count_failure(stats, p.func);
             } else {
                 account::record_alloc(stats, tgid, p.func, ret, p.size);
             }
         }
+        // The entry program writes only the kinds above (free-like functions keep no
+        // pending entry); anything else is a corrupt entry whose call cannot be
+        // accounted.
+        // SAFETY: stats points into a live map value.
+        Some(Kind::Free) | None => atomics::add(unsafe { &raw mut (*stats).lost_events }, 1),
     }
     0
 }
@@ -220,24 +230,39 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
 /// - `f(ptr, ...)`: free and the other releasing functions (see [`free_entry`]).
 #[uprobe]
 pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
-    let c = call(&ctx);
+    let Some(c) = call(&ctx) else {
+        return unreadable_call();
+    };
     match c.kind {
-        kind::FREE => free_entry(&ctx, &c),
-        kind::SIZE_FIRST => alloc_entry(&c, arg(&ctx, 0), 0, 0),
-        kind::SIZE_SECOND => alloc_entry(&c, arg(&ctx, 1), 0, 0),
-        kind::CALLOC => {
+        Kind::Free => free_entry(&ctx, &c),
+        Kind::SizeFirst => alloc_entry(&c, arg(&ctx, 0), 0, 0),
+        Kind::SizeSecond => alloc_entry(&c, arg(&ctx, 1), 0, 0),
+        Kind::Calloc => {
             let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
             let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
             alloc_entry(&c, size, 0, flags)
         }
-        kind::REALLOC => realloc_entry(&c, arg(&ctx, 0), arg(&ctx, 1), false),
-        kind::REALLOCARRAY => {
+        Kind::Realloc => realloc_entry(&c, arg(&ctx, 0), arg(&ctx, 1), false),
+        Kind::Reallocarray => {
             let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
             realloc_entry(&c, arg(&ctx, 0), size, overflow)
         }
-        kind::POSIX_MEMALIGN => alloc_entry(&c, arg(&ctx, 2), arg(&ctx, 0), 0),
-        _ => 0,
+        Kind::PosixMemalign => alloc_entry(&c, arg(&ctx, 2), arg(&ctx, 0), 0),
     }
+}
+
+/// A probe whose cookie names no argument layout: the call cannot be read, so it is a
+/// lost event of its process when that process is counted (never silently dropped).
+#[inline(always)]
+fn unreadable_call() -> u32 {
+    let id = current();
+    if account::is_counted(id)
+        && let Some(stats) = account::stats_of(tgid_of(id))
+    {
+        // SAFETY: stats points into a live map value.
+        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
+    }
+    0
 }
 
 /// The one return program every allocating function shares: the pending entry says

@@ -2,65 +2,25 @@
 //! which reported function, and how each takes its arguments.
 //!
 //! This module exists so that the symbol names, the counter slots shared with the eBPF
-//! side (`#[repr(u32)]`, carried in each probe's cookie), the argument layout (which
-//! eBPF program counts the call) and the System V argument registers of each function
-//! are defined in exactly one place. Adding an allocator API is a table entry here.
+//! side (`#[repr(u32)]`, carried in each probe's cookie), each function's argument kind
+//! ([`Kind`], defined in memtrack-common because the eBPF entry program reads it from
+//! the cookie too) and the System V argument registers of each function are defined in
+//! exactly one place. Adding an allocator API is a table entry here.
 
 use iced_x86::Register;
+pub use memtrack_common::Kind;
 
-/// How a function takes its arguments and what it does with memory; the eBPF entry
-/// program reads it from each probe's cookie (`memtrack_common::kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// `f(size, ...)` returns a block.
-    SizeFirst,
-    /// `f(alignment, size)` returns a block.
-    SizeSecond,
-    /// `f(nmemb, size, ...)` returns a block of `nmemb * size` bytes.
-    Calloc,
-    /// `f(ptr, size, ...)` resizes `ptr`'s block.
-    Realloc,
-    /// `f(ptr, nmemb, size)` resizes to `nmemb * size` bytes.
-    Reallocarray,
-    /// `int f(void **memptr, alignment, size)`.
-    PosixMemalign,
-    /// `f(ptr, ...)` releases `ptr`'s block.
-    Free,
-}
-
-impl Kind {
-    /// The id the eBPF side uses (`memtrack_common::kind`).
-    pub fn id(self) -> u32 {
-        use memtrack_common::kind;
-        match self {
-            Kind::SizeFirst => kind::SIZE_FIRST,
-            Kind::SizeSecond => kind::SIZE_SECOND,
-            Kind::Calloc => kind::CALLOC,
-            Kind::Realloc => kind::REALLOC,
-            Kind::Reallocarray => kind::REALLOCARRAY,
-            Kind::PosixMemalign => kind::POSIX_MEMALIGN,
-            Kind::Free => kind::FREE,
-        }
-    }
-
-    /// Whether a return probe is needed: every kind that hands out memory (the result
-    /// is only known on return); free-like functions do not.
-    pub fn has_return_probe(self) -> bool {
-        self != Kind::Free
-    }
-
-    /// The argument registers (System V x86_64 ABI: `rdi`, `rsi`, `rdx`, in order)
-    /// whose values the entry probe reads. All arguments are read, including
-    /// `realloc`'s and `free`'s pointer and `posix_memalign`'s `memptr`.
-    pub fn argument_registers(self) -> &'static [Register] {
-        const RDI: &[Register] = &[Register::RDI];
-        const RDI_RSI: &[Register] = &[Register::RDI, Register::RSI];
-        const RDI_RSI_RDX: &[Register] = &[Register::RDI, Register::RSI, Register::RDX];
-        match self {
-            Kind::SizeFirst | Kind::Free => RDI,
-            Kind::SizeSecond | Kind::Calloc | Kind::Realloc => RDI_RSI,
-            Kind::Reallocarray | Kind::PosixMemalign => RDI_RSI_RDX,
-        }
+/// The argument registers (System V x86_64 ABI: `rdi`, `rsi`, `rdx`, in order) whose
+/// values the entry probe reads for a function of `kind`. All arguments are read,
+/// including `realloc`'s and `free`'s pointer and `posix_memalign`'s `memptr`.
+fn argument_registers(kind: Kind) -> &'static [Register] {
+    const RDI: &[Register] = &[Register::RDI];
+    const RDI_RSI: &[Register] = &[Register::RDI, Register::RSI];
+    const RDI_RSI_RDX: &[Register] = &[Register::RDI, Register::RSI, Register::RDX];
+    match kind {
+        Kind::SizeFirst | Kind::Free => RDI,
+        Kind::SizeSecond | Kind::Calloc | Kind::Realloc => RDI_RSI,
+        Kind::Reallocarray | Kind::PosixMemalign => RDI_RSI_RDX,
     }
 }
 
@@ -335,7 +295,8 @@ impl AllocFn {
         self.name()
     }
 
-    /// How the function takes its arguments.
+    /// How the function takes its arguments (carried to the eBPF side in the probe's
+    /// cookie).
     pub fn kind(self) -> Kind {
         match self {
             AllocFn::Malloc
@@ -379,9 +340,11 @@ impl AllocFn {
         Self::ALL.get(usize::try_from(value).ok()?).copied()
     }
 
-    /// The registers the entry probe reads (see [`Kind::argument_registers`]).
+    /// The argument registers (System V x86_64 ABI: `rdi`, `rsi`, `rdx`, in order)
+    /// whose values the entry probe reads, by the function's [`Kind`]. All arguments are
+    /// read, including `realloc`'s and `free`'s pointer and `posix_memalign`'s `memptr`.
     pub fn argument_registers(self) -> &'static [Register] {
-        self.kind().argument_registers()
+        argument_registers(self.kind())
     }
 
     /// The function a symbol name (no version suffix) belongs to: one of the names in

@@ -127,10 +127,7 @@ pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
     session.note(id);
     let stats = session.record(id, routine)?;
     println!("{}", session::summary_line(id, &stats));
-    let bench = BenchmarkStats {
-        uri: id.to_string(),
-        stats: stats.clone(),
-    };
+    let bench = BenchmarkStats::new(id, stats.clone());
     let dir = result_dir(id);
     if let Err(e) = session.write_result(&dir, &[bench]) {
         eprintln!("memtrack {id}: result not saved: {e}");

@@ -71,10 +71,13 @@ fn measure_once_returns_and_saves_one_iteration() {
     )));
     let saved = memtrack::MemtrackResult::read_dir(&dir).unwrap();
     assert_eq!(saved.len(), 1);
-    assert_eq!(saved[0].pid, std::process::id());
-    assert_eq!(saved[0].benchmarks.len(), 1);
-    assert_eq!(saved[0].benchmarks[0].uri, id);
-    assert_eq!(saved[0].benchmarks[0].stats, stats);
+    assert_eq!(saved[0].schema_version, memtrack::SCHEMA_VERSION);
+    let process = &saved[0].process;
+    assert_eq!(process.pid, std::process::id());
+    assert_eq!(process.benchmarks.len(), 1);
+    assert_eq!(process.benchmarks[0].uri, id);
+    assert_eq!(process.benchmarks[0].stats, stats);
+    assert_eq!(process.stats, stats, "the process sums its one benchmark");
     assert!(
         memtrack_criterion::results()
             .iter()

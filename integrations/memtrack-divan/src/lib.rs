@@ -153,59 +153,16 @@ fn binary_name() -> String {
     }
 }
 
-/// The table [`finish`] prints: a title line, a header, and one row per benchmark with
+/// The table [`finish`] prints: a title line, then
+/// [`memtrack_integration::benchmark_table`]: a header and one row per benchmark with
 /// its allocation calls, bytes allocated, peak live bytes and bytes live at the end of
 /// the iteration, all exact (bytes with `,` between thousands). A row whose counts are
 /// not exact (lost events) says so after its last column.
 pub fn render_table(benchmarks: &[BenchmarkStats]) -> String {
-    let header = [
-        "benchmark",
-        "allocs",
-        "allocated",
-        "peak live",
-        "live at end",
-    ];
-    let rows: Vec<[String; 5]> = benchmarks
-        .iter()
-        .map(|b| {
-            let s = &b.stats;
-            [
-                b.uri.clone(),
-                session::grouped(s.alloc_calls),
-                format!("{} B", session::grouped(s.bytes_allocated)),
-                format!("{} B", session::grouped(s.peak_live_bytes)),
-                format!("{} B", session::grouped(s.live_bytes)),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let mut out = format!("{:<w$}", cells[0], w = widths[0]);
-        for (cell, width) in cells.iter().zip(widths).skip(1) {
-            out.push_str(&format!("  {cell:>width$}"));
-        }
-        out
-    };
     let mut out = String::from(
         "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n",
     );
-    out.push_str(&line(header));
-    out.push('\n');
-    for (row, bench) in rows.iter().zip(benchmarks) {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
-        if bench.stats.lost_events != 0 {
-            out.push_str(&format!(
-                "  ({} lost events: not exact)",
-                bench.stats.lost_events
-            ));
-        }
-        out.push('\n');
-    }
+    out.push_str(&session::benchmark_table(benchmarks));
     out
 }
 
@@ -403,30 +360,18 @@ mod tests {
     use super::*;
     use memtrack::Stats;
 
-    fn bench(uri: &str, allocs: u64, bytes: u64, peak: u64, live: u64) -> BenchmarkStats {
-        BenchmarkStats {
-            uri: uri.to_string(),
-            stats: Stats {
-                alloc_calls: allocs,
-                bytes_allocated: bytes,
-                peak_live_bytes: peak,
-                live_bytes: live,
-                ..Stats::default()
-            },
-        }
-    }
-
     #[test]
-    fn table_is_aligned_and_exact() {
-        let mut lossy = bench("b::lossy", 2, 2_000_000, 1_000_000, 0);
-        lossy.stats.lost_events = 3;
-        let table = render_table(&[bench("a::three", 3, 192, 192, 0), lossy]);
+    fn table_has_a_title_and_the_shared_table() {
+        let mut stats = Stats::default();
+        stats.alloc_calls = 3;
+        stats.bytes_allocated = 192;
+        stats.peak_live_bytes = 192;
+        let table = render_table(&[BenchmarkStats::new("a::three", stats)]);
         assert_eq!(
             table,
             "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n\
-             benchmark  allocs    allocated    peak live  live at end\n\
-             a::three        3        192 B        192 B          0 B\n\
-             b::lossy        2  2,000,000 B  1,000,000 B          0 B  (3 lost events: not exact)\n"
+             benchmark  allocs  allocated  peak live  live at end\n\
+             a::three        3      192 B      192 B          0 B\n"
         );
     }
 

@@ -3,8 +3,12 @@
 //! and how one iteration of a routine is counted and saved as a result file.
 //!
 //! Shared by `memtrack-criterion` and `memtrack-divan` (each passes its own name), so
-//! every harness picks its mode, counts and saves the same way.
+//! every harness picks its mode, counts, saves and prints the same way
+//! ([`summary_line`], [`benchmark_table`]).
 #![warn(missing_docs)]
+
+mod human;
+pub use human::{benchmark_table, summary_line};
 
 use std::{
     collections::HashMap,
@@ -118,7 +122,7 @@ impl Session {
             },
             Some(Err(e)) => format!("`memtrack run` is unreachable ({e})"),
         };
-        match Tracker::builder().scope(Scope::Thread).build() {
+        match Tracker::builder().build(Scope::Thread) {
             Ok(tracker) => (
                 Backend::InProcess(tracker),
                 format!(
@@ -175,10 +179,7 @@ impl Session {
         let (output, stats) = self.measure(uri, routine);
         drop(output);
         let stats = stats?;
-        self.recorded.push(BenchmarkStats {
-            uri: uri.to_string(),
-            stats: stats.clone(),
-        });
+        self.recorded.push(BenchmarkStats::new(uri, stats.clone()));
         Some(stats)
     }
 
@@ -249,18 +250,14 @@ impl Session {
         let Backend::InProcess(tracker) = &self.backend else {
             return Ok(None);
         };
-        let me = std::process::id();
-        let processes = tracker.collect_processes()?;
-        let Some(process) = processes.iter().find(|p| p.pid == me) else {
-            return Ok(None);
-        };
-        let mut result = MemtrackResult::from_process(process);
+        let mut process = tracker.process()?;
         let mut total = Stats::default();
         for bench in benchmarks {
             total.merge(&bench.stats);
         }
-        result.stats = total;
-        result.benchmarks = benchmarks.to_vec();
+        process.stats = total;
+        process.benchmarks = benchmarks.to_vec();
+        let result = MemtrackResult::new(process);
         remove_earlier_results(dir, &result.file_name());
         result.write_to_dir(dir).map(Some)
     }
@@ -327,35 +324,6 @@ pub fn id_path(id: &str) -> PathBuf {
         .collect()
 }
 
-/// One line on one benchmark's counts, exact: `memtrack URI: 3 allocs, 192 B allocated,
-/// peak 192 B live, 0 B live at end (one iteration)`.
-pub fn summary_line(uri: &str, stats: &Stats) -> String {
-    let mut line = format!(
-        "memtrack {uri}: {} allocs, {} B allocated, peak {} B live, {} B live at end (one iteration)",
-        grouped(stats.alloc_calls),
-        grouped(stats.bytes_allocated),
-        grouped(stats.peak_live_bytes),
-        grouped(stats.live_bytes),
-    );
-    if stats.lost_events != 0 {
-        line.push_str(&format!(" [{} lost events: not exact]", stats.lost_events));
-    }
-    line
-}
-
-/// `1234567` as `1,234,567`.
-pub fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,14 +334,6 @@ mod tests {
         assert_eq!(id_path("group/fn/10"), PathBuf::from("group/fn/10"));
         assert_eq!(id_path("a b:c"), PathBuf::from("a_b_c"));
         assert_eq!(id_path("../x//y"), PathBuf::from("_/x/_/y"));
-    }
-
-    #[test]
-    fn groups_thousands() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1000), "1,000");
-        assert_eq!(grouped(1234567), "1,234,567");
     }
 
     #[test]

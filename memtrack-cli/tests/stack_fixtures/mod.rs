@@ -13,7 +13,7 @@ use std::{
 };
 
 use memtrack::{
-    AllocatorStatus, MemtrackResult, SCHEMA_VERSION, Stats,
+    AllocatorStatus, Stats, TrackedProcess,
     stacks::{
         Frame, ProcessStacks, ScopeStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject,
     },
@@ -290,40 +290,29 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
         },
         regions: vec![],
     };
-    let stats = Stats {
-        alloc_calls: 15,
-        free_calls: 13,
-        bytes_allocated: 1476,
-        bytes_freed: 1352,
-        live_blocks: 2,
-        live_bytes: 124,
-        peak_live_bytes: 216,
-        peak_time_ns: 3_000_000,
-        ..Stats::default()
-    };
+    let mut stats = Stats::default();
+    stats.alloc_calls = 15;
+    stats.free_calls = 13;
+    stats.bytes_allocated = 1476;
+    stats.bytes_freed = 1352;
+    stats.live_blocks = 2;
+    stats.live_bytes = 124;
+    stats.peak_live_bytes = 216;
+    stats.peak_time_ns = 3_000_000;
     LoadedProcess {
-        result: result(4242, &["./call_tree"], stats),
+        process: process(4242, &["./call_tree"], stats),
         stacks: Some(stacks),
     }
 }
 
-/// A result record for a process.
-pub fn result(pid: u32, command: &[&str], stats: Stats) -> MemtrackResult {
-    MemtrackResult {
-        schema_version: SCHEMA_VERSION,
-        memtrack_version: "test".into(),
-        pid,
-        ppid: 1,
-        command: command.iter().map(|s| s.to_string()).collect(),
-        started_ns: 1_000_000,
-        started_unix_ms: 1_700_000_000_000,
-        ended_ns: Some(10_000_000),
-        exit_code: Some(0),
-        exit_signal: None,
-        allocator: AllocatorStatus::Probed,
-        probes: vec![],
-        stats,
-        earlier_images: vec![],
-        benchmarks: vec![],
-    }
+/// The record of an exited process.
+pub fn process(pid: u32, command: &[&str], stats: Stats) -> TrackedProcess {
+    let mut p = TrackedProcess::new(pid, 1, command.iter().map(|s| s.to_string()).collect());
+    p.started_ns = 1_000_000;
+    p.started_unix_ms = 1_700_000_000_000;
+    p.ended_ns = Some(10_000_000);
+    p.exit_code = Some(0);
+    p.allocator = AllocatorStatus::Probed;
+    p.stats = stats;
+    p
 }
