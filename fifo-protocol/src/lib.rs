@@ -69,7 +69,9 @@
 //!
 //! - Only the runner's user (and root) can reach the FIFOs: the directory is created with
 //!   a random name and mode 0700 under `$XDG_RUNTIME_DIR` or the temporary directory, the
-//!   FIFOs with mode 0600. Nothing lives at a fixed path.
+//!   FIFOs with mode 0600. Nothing lives at a fixed path. A directory left behind by a
+//!   runner that died (SIGKILL) is removed by the next runner that starts in the same
+//!   place, and only such a directory ([`FifoRunner::new_in`]).
 //! - Every well-formed command gets exactly one reply, and [`FifoClient`] never mistakes a
 //!   late reply (to an exchange that timed out) for the current one ([`Command::Sync`]);
 //!   processes sharing a runner take turns.
@@ -102,15 +104,18 @@ mod client;
 mod clock;
 mod error;
 pub mod frame;
+mod log_summary;
 mod markers;
 mod message;
 mod runner;
+mod stale;
 mod sys;
 
 pub use client::{DEFAULT_TIMEOUT, FifoClient};
 pub use clock::now_ns;
 pub use error::{Error, Result};
 pub use frame::{HEADER_LEN, MAX_FRAME_LEN, decode_frame, encode_frame};
+pub use log_summary::LogSummary;
 pub use markers::{
     BenchmarkSpan, IntegrationInfo, MARKER_RESULT_FILE_NAME, MARKER_RESULT_SCHEMA_VERSION,
     MarkerEntry, MarkerResult, MeasurementWindow,

@@ -140,6 +140,20 @@ impl MarkerResult {
         }
     }
 
+    /// The record's MessagePack encoding (a map with named fields), as
+    /// [`write_to_dir`](Self::write_to_dir) writes it; for writers that create the file
+    /// themselves (memtrack's runner writes it through a directory handle, as the user it
+    /// runs the command as).
+    ///
+    /// # Errors
+    /// [`Error::Encode`].
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        rmp_serde::to_vec_named(self).map_err(|source| Error::Encode {
+            what: "MarkerResult",
+            source,
+        })
+    }
+
     /// Writes the record as `dir/MarkerResult.msgpack` (mode 0644) atomically: to a
     /// temporary file in `dir`, synced, then renamed over the final name, so a reader never
     /// sees a half-written file. Returns the final path.
@@ -148,10 +162,7 @@ impl MarkerResult {
     /// [`Error::Encode`], or [`Error::Io`] naming the path that could not be written.
     pub fn write_to_dir(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(MARKER_RESULT_FILE_NAME);
-        let bytes = rmp_serde::to_vec_named(self).map_err(|source| Error::Encode {
-            what: "MarkerResult",
-            source,
-        })?;
+        let bytes = self.to_bytes()?;
         let mut tmp = tempfile::Builder::new()
             .prefix(".MarkerResult.")
             .suffix(".tmp")

@@ -262,17 +262,25 @@ impl FifoRunner {
         }
     }
 
-    /// Creates the FIFO directory, with a random name, inside `base`.
+    /// Creates the FIFO directory, `memtrack-fifo-{pid}-XXXXXX` (this process's pid, then
+    /// random), inside `base`, after removing the directories there that runners which
+    /// died left behind.
     ///
     /// The directory is created with mode 0700 (no window with wider permissions), the
     /// FIFOs with mode 0600; both are set explicitly afterwards so the umask cannot leave
-    /// them unusable.
+    /// them unusable. The runner holds an exclusive `flock` on its control FIFO while it
+    /// lives. A directory in `base` is removed as stale only if its name has that form
+    /// with the pid of no living process, it is a real directory (not a symbolic link)
+    /// of the effective user (any user's, for root, which hands its directories over),
+    /// it holds nothing but the two FIFOs, and nobody holds the control FIFO's lock;
+    /// nothing is followed and nothing else is removed.
     ///
     /// # Errors
     /// [`Error::Io`] naming the directory or FIFO that could not be created or opened.
     pub fn new_in(mode: IntegrationMode, base: &Path) -> Result<Self> {
+        crate::stale::remove_stale(base);
         let dir = tempfile::Builder::new()
-            .prefix("memtrack-fifo-")
+            .prefix(&crate::stale::own_prefix())
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(base)
             .map_err(|e| Error::io("create a private directory in", base, e))?;
@@ -295,6 +303,9 @@ impl FifoRunner {
                 .map_err(|e| Error::io(op, path, e))
         };
         let control = open_rw(&control_path, "open control FIFO")?;
+        // Held while this runner lives: tells the next runner this directory is not stale.
+        // The FIFO is new and ours, so nobody else can hold its lock yet.
+        crate::stale::lock(&control).map_err(|e| Error::io("lock", &control_path, e.into()))?;
         let ack = open_rw(&ack_path, "open ack FIFO")?;
 
         let (wake_rx, wake_tx) = io::pipe().map_err(|source| Error::StreamIo {
@@ -433,6 +444,11 @@ impl FifoRunner {
     /// to the logger, and the runner gets back in step with the stream, as described in
     /// [Malformed input](Self#malformed-input).
     ///
+    /// Once shutdown is requested, what is already in the control FIFO (one pipe buffer,
+    /// 64 KiB, at most: the rest of a writer's bytes waited in its `write`) is still read
+    /// and handled, frames left incomplete are rejected, and then it returns: whatever the
+    /// command wrote before it exited is accounted for.
+    ///
     /// # Errors
     /// Only when waiting on or reading the control FIFO itself fails ([`Error::Io`]).
     pub fn serve<H: Handler + ?Sized>(&mut self, handler: &mut H) -> Result<()> {
@@ -440,6 +456,8 @@ impl FifoRunner {
         let mut partial_since: Option<Instant> = None;
         loop {
             if self.shutdown.is_requested() {
+                self.read_available()?;
+                self.process_buffered(handler, true);
                 return Ok(());
             }
             let wait = partial_since

@@ -8,7 +8,11 @@
 //! ```
 //! Progress and errors go to stderr; the report (text or JSON) to stdout. `run` exits
 //! with the command's own exit code (128 + signal if a signal killed it), 127 if the
-//! command was not found, and 2 for memtrack's own errors.
+//! command was not found, and 2 for memtrack's own errors (a results directory that
+//! cannot take the results among them, found before the command starts). `report` exits
+//! 0 when it read every result file in the directory, and 2 when the directory holds
+//! none it can read, or when it refused some (each is named on stderr with the reason;
+//! the others are reported).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -46,9 +50,14 @@ enum Command {
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
-        /// Live blocks the kernel map holds across all tracked processes (default
-        /// 1048576); beyond it, blocks are counted as lost events.
-        #[arg(long, value_name = "BLOCKS")]
+        /// Live blocks the kernel map holds across all tracked processes: 1 to 134217728
+        /// (default 1048576); beyond it, blocks are counted as lost events. The kernel
+        /// reserves about 88 bytes per block when memtrack starts (11 GiB for the most).
+        #[arg(
+            long,
+            value_name = "BLOCKS",
+            value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::MAX_LIVE_BLOCKS))
+        )]
         max_live_blocks: Option<u32>,
         /// Do not count mmap/munmap/brk. Counting them adds a probe to every system
         /// call on the machine while the command runs (about 27 ns each here).
@@ -59,6 +68,9 @@ enum Command {
         cmd: Vec<std::ffi::OsString>,
     },
     /// Print the results saved in a directory by `memtrack run`.
+    ///
+    /// Reads the regular `*.MemtrackResult.msgpack` files of at most 64 MiB; symbolic
+    /// links, FIFOs, devices and larger files are refused unread and named on stderr.
     Report {
         /// The results directory.
         dir: PathBuf,
@@ -141,16 +153,52 @@ fn main() -> ExitCode {
         }
         Command::Report {
             dir, json, probes, ..
-        } => match RunResults::read_dir(&dir) {
-            Ok(results) => {
-                print_report(&results, json, probes);
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("memtrack: {e}");
-                ExitCode::from(MEMTRACK_FAILURE)
-            }
-        },
+        } => report(&dir, json, probes),
+    }
+}
+
+/// `memtrack report DIR`: reports what can be read, names on stderr what was refused.
+fn report(dir: &std::path::Path, json: bool, probes: bool) -> ExitCode {
+    let scan = match memtrack::MemtrackResult::scan_dir(dir) {
+        Ok(scan) => scan,
+        Err(e) => {
+            eprintln!("memtrack: {e}");
+            return ExitCode::from(MEMTRACK_FAILURE);
+        }
+    };
+    for refused in &scan.refused {
+        eprintln!("memtrack: skipped {refused}");
+    }
+    if scan.results.is_empty() {
+        if scan.refused.is_empty() {
+            eprintln!(
+                "memtrack: {} holds no result files (*{}): nothing to report",
+                dir.display(),
+                memtrack::RESULT_FILE_SUFFIX
+            );
+        } else {
+            eprintln!(
+                "memtrack: none of the {} result file(s) in {} could be read: nothing to \
+                 report",
+                scan.refused.len(),
+                dir.display()
+            );
+        }
+        return ExitCode::from(MEMTRACK_FAILURE);
+    }
+    let results = RunResults::new(scan.results.into_iter().map(|r| r.process).collect());
+    print_report(&results, json, probes);
+    if scan.refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "memtrack: reported {} result file(s) of {} in {}; {} skipped (above)",
+            results.processes.len(),
+            results.processes.len() + scan.refused.len(),
+            dir.display(),
+            scan.refused.len()
+        );
+        ExitCode::from(MEMTRACK_FAILURE)
     }
 }
 
@@ -201,16 +249,6 @@ fn report_stacks(dir: &std::path::Path, request: &StacksRequest) -> memtrack_cli
     Ok(())
 }
 
-/// The invoking user when started through sudo, so the command's files are theirs.
-fn sudo_identity() -> Option<(u32, u32)> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return None;
-    }
-    let uid = std::env::var("SUDO_UID").ok()?.parse().ok()?;
-    let gid = std::env::var("SUDO_GID").ok()?.parse().ok()?;
-    Some((uid, gid))
-}
-
 fn run(
     output: Option<PathBuf>,
     json: bool,
@@ -224,7 +262,8 @@ fn run(
     let spec = CommandSpec::new(program).args(argv);
     let options = RunOptions {
         output,
-        run_as: sudo_identity(),
+        // Started through sudo: the command, and its results, are the invoking user's.
+        run_as: memtrack::sudo_invoker(),
         max_live_blocks,
         no_syscalls,
     };

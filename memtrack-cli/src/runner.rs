@@ -13,14 +13,15 @@
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::atomic::{AtomicI32, Ordering},
 };
 
-use fifo_protocol::{Command, FifoRunner, IntegrationMode, MarkerResult, Reply};
+use fifo_protocol::{Command, FifoRunner, IntegrationMode, LogSummary, MarkerResult, Reply};
 
 use memtrack::{
-    BenchmarkStats, CommandSpec, ExitStatus, RunResults, Stats, Tracker, TrackerControl,
+    BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats, Tracker,
+    TrackerControl,
 };
 
 use crate::error::{Error, Result};
@@ -28,12 +29,16 @@ use crate::error::{Error, Result};
 /// How `memtrack run` runs a command.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
-    /// Where to write the result files (None: a new directory under the temp dir).
+    /// Where to write the result files (None: a new directory with a random name in the
+    /// temporary directory). Checked before the command starts
+    /// ([`OutputDir::open`]).
     pub output: Option<PathBuf>,
-    /// Run the command as this (uid, gid), e.g. the invoking user of sudo.
+    /// Run the command as this (uid, gid), e.g. the invoking user of sudo; the result
+    /// files, and a results directory memtrack creates, are handed to them.
     pub run_as: Option<(u32, u32)>,
-    /// Capacity of the kernel's live-block map (None: the default, 1,048,576 blocks).
-    /// More live blocks than this across the tracked processes show as `lost_events`.
+    /// Capacity of the kernel's live-block map (None: the default, 1,048,576 blocks; 1 to
+    /// [`memtrack::MAX_LIVE_BLOCKS`]). More live blocks than this across the tracked
+    /// processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
     /// Do not count mmap/munmap/brk (see
     /// [`TrackerBuilder::count_syscalls`](memtrack::TrackerBuilder::count_syscalls)).
@@ -152,6 +157,15 @@ impl MemoryHandler {
 impl fifo_protocol::Handler for MemoryHandler {
     fn handle(&mut self, cmd: &Command) -> Option<Reply> {
         let outcome = match cmd {
+            // A region for a process memtrack does not count would switch counting off
+            // for the whole command (regions mode) and count nothing in its place.
+            Command::CurrentBenchmark { pid, uri } if !self.control.is_running(*pid) => {
+                return Self::refuse(format!(
+                    "CurrentBenchmark names process {pid}, which memtrack does not track \
+                     (it tracks the command and the processes it starts, while they run); \
+                     benchmark {uri:?} is not counted"
+                ));
+            }
             Command::CurrentBenchmark { pid, uri } => {
                 self.current = Some((*pid, uri.clone()));
                 Ok(None)
@@ -164,18 +178,30 @@ impl fifo_protocol::Handler for MemoryHandler {
     }
 }
 
-fn default_output_dir() -> PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    std::env::temp_dir().join(format!("memtrack-{stamp}-{}", std::process::id()))
-}
-
 /// Runs `spec` to completion under the tracker, serving the FIFO protocol, and writes
 /// `{pid}.MemtrackResult.msgpack` per process and `MarkerResult.msgpack` to the output
 /// directory. Progress goes to stderr.
-pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
+///
+/// The output directory is opened (or created) and checked before anything else, so a
+/// directory that cannot take the results fails before the command runs, and every file
+/// is written through that handle ([`OutputDir`]), owned by
+/// [`run_as`](RunOptions::run_as) when given. A directory memtrack created is removed
+/// again if the run fails before anything was written in it.
+pub fn run(spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
+    let out = match &options.output {
+        Some(path) => OutputDir::open(path, options.run_as)?,
+        None => OutputDir::create_private(options.run_as)?,
+    };
+    match track(spec, options, &out) {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            out.remove_if_unused();
+            Err(e)
+        }
+    }
+}
+
+fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result<RunOutcome> {
     let fifo = FifoRunner::new(IntegrationMode::Memory).map_err(|source| Error::Fifo {
         what: "creating its directory",
         source,
@@ -206,7 +232,9 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
         per_process: HashMap::new(),
     };
     let mut fifo = fifo;
-    fifo.set_logger(|line| eprintln!("memtrack: fifo: {line}"));
+    // One line at the end, however much garbage the command writes into the FIFO.
+    let fifo_log = LogSummary::new();
+    fifo.set_logger(fifo_log.logger());
     let serving = fifo.spawn(handler).map_err(|source| Error::Fifo {
         what: "starting its thread",
         source,
@@ -214,7 +242,11 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
 
     let exit = tracker.wait();
     FORWARD_TO.store(0, Ordering::SeqCst);
-    let (markers, handler) = serving.stop().map_err(|source| Error::Fifo {
+    let stopped = serving.stop();
+    if let Some(line) = fifo_log.line() {
+        eprintln!("memtrack: fifo: {line}");
+    }
+    let (markers, handler) = stopped.map_err(|source| Error::Fifo {
         what: "stopping",
         source,
     })?;
@@ -242,22 +274,36 @@ pub fn run(mut spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
         }
     }
     let results = RunResults::new(processes);
-    let dir = options.output.clone().unwrap_or_else(default_output_dir);
-    write_all(&dir, &results, &markers)?;
+    write_all(out, &results, &markers)?;
     Ok(RunOutcome {
         exit,
         results,
         markers,
-        dir,
+        dir: out.path().to_path_buf(),
         unattributed_lost_events,
     })
 }
 
-fn write_all(dir: &Path, results: &RunResults, markers: &MarkerResult) -> Result<()> {
-    results.write_to_dir(dir)?;
-    markers.write_to_dir(dir).map_err(|e| Error::Write {
-        path: dir.join(fifo_protocol::MARKER_RESULT_FILE_NAME),
-        source: Box::new(e),
-    })?;
-    Ok(())
+/// Writes every file, going on past a failure (the others are still worth having), and
+/// returns the first failure.
+fn write_all(out: &OutputDir, results: &RunResults, markers: &MarkerResult) -> Result<()> {
+    let mut first_failure = None;
+    for process in &results.processes {
+        let result = MemtrackResult::new(process.clone());
+        if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
+            first_failure.get_or_insert(Error::Tracking(e));
+        }
+    }
+    let name = fifo_protocol::MARKER_RESULT_FILE_NAME;
+    let written = markers
+        .to_bytes()
+        .map_err(|e| Error::Write {
+            path: out.path().join(name),
+            source: Box::new(e),
+        })
+        .and_then(|bytes| Ok(out.write_file(name, &bytes)?));
+    if let Err(e) = written {
+        first_failure.get_or_insert(e);
+    }
+    first_failure.map_or(Ok(()), Err)
 }

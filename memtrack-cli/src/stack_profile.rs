@@ -58,13 +58,47 @@ pub fn write_stacks(dir: &Path, pid: u32, stacks: &ProcessStacks) -> Result<Path
     Ok(path)
 }
 
+/// The largest stacks file read: 1 GiB (a million distinct stacks of 64 frames are
+/// about 800 MiB).
+pub const MAX_STACKS_FILE_BYTES: u64 = 1 << 30;
+
+/// The bytes of `path` if it is a regular file of at most `limit` bytes. Anyone may have
+/// put files in a results directory, so, as for result files: never through a symbolic
+/// link (`O_NOFOLLOW`), never blocking on a FIFO or device (`O_NONBLOCK`, then the handle
+/// must be a regular file), never more than the limit (even if it grows meanwhile).
+fn read_bounded(path: &Path, limit: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::{io::Read, os::unix::fs::OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "is a symbolic link: not read".to_string(),
+            _ => e.to_string(),
+        })?;
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err("not a regular file: not read".to_string());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than {limit} bytes: not a stacks file memtrack wrote"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Reads a stacks file and checks its references.
 pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
     let invalid = |reason: String| Error::Stacks {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
+    let bytes = read_bounded(path, MAX_STACKS_FILE_BYTES).map_err(invalid)?;
     let stacks: ProcessStacks = rmp_serde::from_slice(&bytes)
         .map_err(|e| invalid(format!("truncated or corrupt MessagePack: {e}")))?;
     stacks.validate().map_err(|e| invalid(e.to_string()))?;
@@ -89,7 +123,8 @@ pub fn load_dir(dir: &Path) -> Result<Vec<LoadedProcess>> {
         .into_iter()
         .map(|process| {
             let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", process.pid));
-            let stacks = if path.exists() {
+            // symlink_metadata: a link named like a stacks file is refused, not followed.
+            let stacks = if path.symlink_metadata().is_ok() {
                 Some(read_stacks(&path)?)
             } else {
                 None

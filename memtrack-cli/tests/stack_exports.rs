@@ -675,6 +675,51 @@ fn exporting_nothing_is_an_error() {
 }
 
 #[test]
+fn a_stacks_file_that_is_a_link_or_a_fifo_is_not_read() {
+    let results = tempfile::tempdir().unwrap();
+    let p = call_tree_profile(&built().call_tree);
+    MemtrackResult::new(p.process.clone())
+        .write_to_dir(results.path())
+        .unwrap();
+    let path = results.path().join("4242.MemtrackStacks.msgpack");
+    let elsewhere =
+        stack_profile::write_stacks(&results.path().join("x"), 4242, p.stacks.as_ref().unwrap())
+            .unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let report = || {
+        let run = memtrack()
+            .args(["report", "--stacks"])
+            .arg(results.path())
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2));
+        String::from_utf8_lossy(&run.stderr).into_owned()
+    };
+    assert_eq!(
+        report(),
+        format!(
+            "memtrack: reading stacks from {}: is a symbolic link: not read\n",
+            path.display()
+        )
+    );
+    std::fs::remove_file(&path).unwrap();
+    mkfifo(&path);
+    // Opened without blocking, then refused: the report does not hang on it.
+    assert_eq!(
+        report(),
+        format!(
+            "memtrack: reading stacks from {}: not a regular file: not read\n",
+            path.display()
+        )
+    );
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
 fn exports_need_stacks() {
     let run = memtrack()
         .args(["report", "/nonexistent", "--dhat", "x.json"])

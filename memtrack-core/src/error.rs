@@ -160,6 +160,18 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The results directory cannot be used, or writing a file in it failed.
+    #[error("results directory {}: cannot {what}: {source}", .dir.display())]
+    OutputDir {
+        /// The directory (or the file in it) concerned.
+        dir: PathBuf,
+        /// What memtrack was doing, e.g. "create a file in".
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// memtrack's follower thread, which follows the tracked processes with ptrace,
     /// ended while it was still needed: the processes are no longer followed, and the
     /// root's exit cannot be seen. Not expected: the reason says what ended it (a panic,
@@ -171,6 +183,43 @@ pub enum Error {
     FollowerEnded {
         /// Why it ended, e.g. "it panicked" or the `waitpid` error.
         reason: String,
+    },
+
+    /// The results directory is not one memtrack writes into (a symbolic link, not a
+    /// directory, no parent, ...).
+    #[error("results directory {}: {reason}", .dir.display())]
+    OutputDirRefused {
+        /// The directory (or the file in it) concerned.
+        dir: PathBuf,
+        /// Why, for humans.
+        reason: String,
+    },
+
+    /// A live-block capacity outside what the kernel can make a map of.
+    #[error(
+        "a live-block map of {requested} blocks is impossible: the capacity must be 1 to \
+         {max} (the kernel's largest hash map)"
+    )]
+    MaxLiveBlocks {
+        /// The capacity asked for.
+        requested: u32,
+        /// [`MAX_LIVE_BLOCKS`](crate::MAX_LIVE_BLOCKS).
+        max: u32,
+    },
+
+    /// The kernel could not make the live-block map (usually: not enough memory for it).
+    #[error(
+        "creating the kernel map for {blocks} live blocks (about {} MiB of kernel memory, \
+         reserved when memtrack starts) failed: {source}; ask for fewer blocks \
+         (--max-live-blocks, TrackerBuilder::max_live_blocks)",
+        crate::tracker::live_map_bytes(*.blocks) >> 20
+    )]
+    LiveMap {
+        /// The capacity asked for.
+        blocks: u32,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
     },
 
     /// The API was called with an argument it refuses (e.g.

@@ -37,11 +37,13 @@
 
 #![warn(missing_docs)]
 
+mod bounded_read;
 mod detach;
 mod error;
 mod follow;
 mod ld_hook;
 mod loader;
+mod output_dir;
 mod privileges;
 mod process;
 mod process_tracker;
@@ -53,13 +55,15 @@ mod stats;
 mod tracker;
 mod uprobe_multi;
 
+pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use error::{Error, Result};
 pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
-pub use privileges::can_track;
+pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
+pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
 pub use process_tracker::{ProcessTracker, TrackerControl};
-pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, RunResults, SCHEMA_VERSION};
+pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION};
 pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
-pub use tracker::{Scope, Tracker, TrackerBuilder};
+pub use tracker::{MAX_LIVE_BLOCKS, Scope, Tracker, TrackerBuilder, live_map_bytes};

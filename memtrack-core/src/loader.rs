@@ -188,7 +188,17 @@ impl Engine {
             .btf(None)
             .map_max_entries(map_names::LIVE, max_live_blocks)
             .load(EBPF_OBJECT)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+            .map_err(|e| match e {
+                aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
+                    if name == "LIVE" =>
+                {
+                    Error::LiveMap {
+                        blocks: max_live_blocks,
+                        source: io_error,
+                    }
+                }
+                e => Error::Load(Box::new(e)),
+            })?;
         let mode = load_uprobe_programs(&mut ebpf, links)?;
 
         let mut syscall_link: Option<Detachable> = None;
@@ -595,6 +605,42 @@ mod tests {
 
     fn parsed() -> aya_obj::Object {
         aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
+    }
+
+    /// The documented maximum is the kernel's: one block more is refused by the kernel
+    /// itself (E2BIG, before it reserves any memory), and said in words. (The maximum
+    /// itself was measured to load here, 11 GiB in 18 s: too much for a test.)
+    #[test]
+    fn the_kernel_makes_no_live_map_beyond_the_maximum() {
+        if !crate::can_track() {
+            assert!(
+                std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_none_or(|v| v != "1"),
+                "the_kernel_makes_no_live_map_beyond_the_maximum needs root"
+            );
+            eprintln!("SKIPPED the_kernel_makes_no_live_map_beyond_the_maximum: needs root");
+            return;
+        }
+        let blocks = crate::MAX_LIVE_BLOCKS + 1;
+        let loaded = super::Engine::load(
+            blocks,
+            super::ProbePlacement::default(),
+            super::UprobeLinks::default(),
+            false,
+        );
+        let Err(err) = loaded else {
+            panic!("the kernel made a live map of {blocks} blocks");
+        };
+        let crate::Error::LiveMap { source, .. } = &err else {
+            panic!("expected Error::LiveMap, got {err}");
+        };
+        assert_eq!(source.raw_os_error(), Some(libc::E2BIG), "{err}");
+        assert!(
+            err.to_string().starts_with(
+                "creating the kernel map for 134217729 live blocks (about 13312 MiB of kernel \
+                 memory, reserved when memtrack starts) failed: "
+            ),
+            "{err}"
+        );
     }
 
     /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is

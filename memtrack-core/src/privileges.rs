@@ -35,6 +35,19 @@ pub(crate) fn missing_for_ebpf(caps: u64) -> Vec<&'static str> {
     missing
 }
 
+/// The user who started this process through `sudo` (`SUDO_UID`, `SUDO_GID`), when it
+/// runs as root: the user memtrack runs commands as and hands result files to. `None`
+/// when not root, when either variable is missing or not a number, or for uid or gid
+/// `u32::MAX` (-1, which the kernel reads as "unchanged").
+pub fn sudo_invoker() -> Option<(u32, u32)> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let uid: u32 = std::env::var("SUDO_UID").ok()?.parse().ok()?;
+    let gid: u32 = std::env::var("SUDO_GID").ok()?.parse().ok()?;
+    (uid != u32::MAX && gid != u32::MAX).then_some((uid, gid))
+}
+
 /// Whether this process can load memtrack's eBPF programs and attach uprobes: it runs
 /// as root, or has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON. (When the status
 /// file is unreadable, assumes it can and lets the kernel decide.)

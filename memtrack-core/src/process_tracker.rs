@@ -175,6 +175,15 @@ impl TrackerControl {
         self.shared.collect(pid)
     }
 
+    /// Whether `pid` is a tracked process that has not exited.
+    pub fn is_running(&self, pid: u32) -> bool {
+        self.shared
+            .registry
+            .lock()
+            .get(&pid)
+            .is_some_and(|r| r.process.ended_ns.is_none())
+    }
+
     /// Every tracked process, as in [`ProcessTracker::collect_processes`].
     pub fn processes(&self) -> Vec<u32> {
         self.shared.registry.lock().keys().copied().collect()

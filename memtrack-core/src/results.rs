@@ -7,15 +7,14 @@
 //! Real files written by each version are checked in under `tests/data/` and read by
 //! memtrack-core's tests.
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    bounded_read::{self, MAX_RESULT_FILE_BYTES},
     error::{Error, Result},
+    output_dir::OutputDir,
     process::{BenchmarkStats, TrackedProcess},
 };
 
@@ -85,12 +84,26 @@ impl MemtrackResult {
         rmp_serde::to_vec_named(self).expect("a MemtrackResult always serialises")
     }
 
-    /// Decodes a file's bytes; `path` only names the file in errors.
+    /// Decodes a file's bytes, which must be exactly one MessagePack value (trailing
+    /// bytes are refused); `path` only names the file in errors.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
-        let version: VersionOnly = rmp_serde::from_slice(bytes).map_err(|e| Error::ResultFile {
-            path: path.to_path_buf(),
-            reason: format!("not a memtrack result (truncated or corrupt MessagePack): {e}"),
-        })?;
+        let mut rest = bytes;
+        let version: VersionOnly =
+            rmp_serde::from_read(&mut rest).map_err(|e| Error::ResultFile {
+                path: path.to_path_buf(),
+                reason: format!("not a memtrack result (truncated or corrupt MessagePack): {e}"),
+            })?;
+        if !rest.is_empty() {
+            return Err(Error::ResultFile {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "{} trailing bytes after the {}-byte result (a result file holds exactly \
+                     one MessagePack value)",
+                    rest.len(),
+                    bytes.len() - rest.len()
+                ),
+            });
+        }
         if version.schema_version > SCHEMA_VERSION {
             return Err(Error::FutureSchema {
                 path: path.to_path_buf(),
@@ -104,46 +117,44 @@ impl MemtrackResult {
         })
     }
 
-    /// Writes `dir/{pid}.MemtrackResult.msgpack` atomically (a temporary file renamed
-    /// into place), creating `dir` if needed. Returns the path written.
+    /// Writes `dir/{pid}.MemtrackResult.msgpack` atomically, creating `dir` if needed,
+    /// through [`OutputDir`] (no link planted in `dir` is followed; mode 0600). Returns
+    /// the path written.
     pub fn write_to_dir(&self, dir: &Path) -> Result<PathBuf> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let path = dir.join(self.file_name());
-        let tmp = dir.join(format!(".{}.tmp-{}", self.file_name(), std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&self.to_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(&path, e)
-        })?;
-        Ok(path)
+        OutputDir::create_all(dir, None)?.write_file(&self.file_name(), &self.to_bytes())
     }
 
-    /// Reads one result file.
+    /// Reads one result file (a regular file of at most [`MAX_RESULT_FILE_BYTES`]).
     pub fn read_from(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        Self::from_bytes(&bytes, path)
+        Self::from_bytes(&bounded_read::read_path(path, MAX_RESULT_FILE_BYTES)?, path)
     }
 
-    /// Reads every `*.MemtrackResult.msgpack` in `dir`, ordered by pid. Any unreadable
-    /// file is an error naming it.
+    /// Reads every `*.MemtrackResult.msgpack` in `dir`, ordered by pid. Any file that
+    /// cannot be read is an error naming it ([`scan_dir`](Self::scan_dir) reads the
+    /// others anyway).
     pub fn read_dir(dir: &Path) -> Result<Vec<Self>> {
-        let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-        let mut results = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(dir, e))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.ends_with(RESULT_FILE_SUFFIX) && !name.starts_with('.') {
-                results.push(Self::read_from(&entry.path())?);
+        let scan = Self::scan_dir(dir)?;
+        match scan.refused.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(scan.results),
+        }
+    }
+
+    /// Reads every `*.MemtrackResult.msgpack` in `dir` that is a regular file of at most
+    /// [`MAX_RESULT_FILE_BYTES`] holding one result, and says why each other one was
+    /// refused: symbolic links are not followed, FIFOs and devices not opened, larger
+    /// files not read. Fails only if `dir` itself cannot be read.
+    pub fn scan_dir(dir: &Path) -> Result<ResultScan> {
+        let is_result = |name: &str| name.ends_with(RESULT_FILE_SUFFIX) && !name.starts_with('.');
+        let mut scan = ResultScan::default();
+        for file in bounded_read::read_files(dir, is_result, MAX_RESULT_FILE_BYTES)? {
+            match file.bytes.and_then(|b| Self::from_bytes(&b, &file.path)) {
+                Ok(result) => scan.results.push(result),
+                Err(e) => scan.refused.push(e),
             }
         }
-        results.sort_by_key(|r| r.process.pid);
-        Ok(results)
+        scan.results.sort_by_key(|r| r.process.pid);
+        Ok(scan)
     }
 }
 
@@ -200,6 +211,16 @@ impl RunResults {
             .iter()
             .flat_map(|p| p.benchmarks.iter().map(move |b| (p, b)))
     }
+}
+
+/// What [`MemtrackResult::scan_dir`] found in a directory.
+#[derive(Debug, Default)]
+pub struct ResultScan {
+    /// The results read, ordered by pid.
+    pub results: Vec<MemtrackResult>,
+    /// Result files that were not read or not understood, each error naming its file and
+    /// why ([`Error::ResultFile`], [`Error::FutureSchema`]).
+    pub refused: Vec<Error>,
 }
 
 #[cfg(test)]
@@ -364,6 +385,21 @@ mod tests {
         assert!(
             err.to_string().contains("42.MemtrackResult.msgpack"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused_by_name() {
+        let mut bytes = sample().to_bytes();
+        let len = bytes.len();
+        bytes.extend_from_slice(b"junk");
+        let err = MemtrackResult::from_bytes(&bytes, Path::new("x.msgpack")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "result file x.msgpack: 4 trailing bytes after the {len}-byte result (a result \
+                 file holds exactly one MessagePack value)"
+            )
         );
     }
 

@@ -19,6 +19,22 @@ use crate::{
     stats::Stats,
 };
 
+/// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`]): 134,217,728
+/// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
+/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
+/// Measured on Linux 6.18 here: 2^27 blocks take about 11 GiB of kernel memory and 18 s
+/// to reserve ([`live_map_bytes`]); a machine without that much memory refuses
+/// ([`Error::LiveMap`]).
+pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
+
+/// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
+/// tracker loads: 72 bytes per preallocated entry (the kernel's element header, the
+/// 16-byte key, the 8-byte size) and 16 per hash bucket, of which there are `blocks`
+/// rounded up to a power of two. Measured here: 16,777,216 blocks, 1.49 GB.
+pub fn live_map_bytes(blocks: u32) -> u64 {
+    u64::from(blocks) * 72 + u64::from(blocks).next_power_of_two() * 16
+}
+
 /// Which calls of the calling process a [`Tracker`] counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
@@ -53,11 +69,13 @@ impl Default for TrackerBuilder {
 }
 
 impl TrackerBuilder {
-    /// Capacity of the kernel's live-block map, shared by all tracked processes
-    /// (default 1,048,576 blocks, about 80 MiB of kernel memory when full). A full map
-    /// is counted in `lost_events`, never silent.
+    /// Capacity of the kernel's live-block map, shared by all tracked processes: 1 to
+    /// [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576, which reserves about 88 MiB of kernel
+    /// memory when the tracker loads, [`live_map_bytes`]). A full map is counted in
+    /// `lost_events`, never silent. A capacity out of range makes building the tracker
+    /// fail with [`Error::MaxLiveBlocks`].
     pub fn max_live_blocks(mut self, blocks: u32) -> Self {
-        self.max_live_blocks = blocks.max(1);
+        self.max_live_blocks = blocks;
         self
     }
 
@@ -96,6 +114,12 @@ impl TrackerBuilder {
 
     /// Loads the eBPF programs with these settings.
     fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+        if !(1..=MAX_LIVE_BLOCKS).contains(&self.max_live_blocks) {
+            return Err(Error::MaxLiveBlocks {
+                requested: self.max_live_blocks,
+                max: MAX_LIVE_BLOCKS,
+            });
+        }
         let engine = Engine::load(
             self.max_live_blocks,
             self.placement,

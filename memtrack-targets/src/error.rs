@@ -32,6 +32,19 @@ pub enum Error {
         objects_scanned: Vec<PathBuf>,
     },
 
+    /// The process runs a 32-bit program (i386, or x32): its allocator calls follow
+    /// another calling convention, which memtrack's probes do not read.
+    #[error(
+        "process {pid} runs a 32-bit program ({}): 32-bit processes are not supported",
+        .exe.display()
+    )]
+    ThirtyTwoBit {
+        /// The pid that was asked about.
+        pid: u32,
+        /// Its executable, as `/proc/PID/exe` names it.
+        exe: PathBuf,
+    },
+
     /// A file could not be read (open, read or seek failed).
     #[error("cannot read {}: {source}", .path.display())]
     Io {

@@ -49,9 +49,10 @@ pub struct SkippedObject {
 /// `pid`.
 ///
 /// Errors: [`Error::ProcessGone`] if the process does not exist;
-/// [`Error::NoAllocator`] if no scanned object defines `malloc` (e.g. a static
-/// binary whose symbols were stripped). Objects that cannot be read do not
-/// fail the call; they are listed in [`ProcessTargets::skipped`].
+/// [`Error::ThirtyTwoBit`] if it runs a 32-bit program; [`Error::NoAllocator`] if
+/// no scanned object defines `malloc` (e.g. a static binary whose symbols were
+/// stripped). Objects that cannot be read do not fail the call; they are listed in
+/// [`ProcessTargets::skipped`].
 pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
     let mut result = ProcessTargets {
         objects_scanned: Vec::new(),
@@ -88,12 +89,29 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
         .iter()
         .any(|t| t.functions().any(|f| f.has_return_probe()))
     {
+        // Looked at only here, where it explains why nothing was found: a 32-bit
+        // program's objects are all skipped as not x86_64, which says nothing useful.
+        if let Some(exe) = thirty_two_bit_executable(pid) {
+            return Err(Error::ThirtyTwoBit { pid, exe });
+        }
         return Err(Error::NoAllocator {
             pid,
             objects_scanned: result.objects_scanned,
         });
     }
     Ok(result)
+}
+
+/// The executable of `pid` if it is a 32-bit ELF file (`ELFCLASS32` in its header).
+fn thirty_two_bit_executable(pid: u32) -> Option<PathBuf> {
+    use std::io::Read;
+    let link = PathBuf::from(format!("/proc/{pid}/exe"));
+    let mut ident = [0u8; 5];
+    std::fs::File::open(&link)
+        .and_then(|mut f| f.read_exact(&mut ident))
+        .ok()?;
+    let is_32 = ident[..4] == *b"\x7fELF" && ident[4] == object::elf::ELFCLASS32;
+    is_32.then(|| std::fs::read_link(&link).unwrap_or(link))
 }
 
 /// Whether an object's C++ `operator new`/`delete` only forward to `malloc`/`free`

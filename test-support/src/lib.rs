@@ -117,3 +117,46 @@ pub fn copy_for_nobody(bin: &Path, dir: &Path) -> PathBuf {
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     copy
 }
+
+/// Builds, in `dir`, a static 32-bit (i386) program that only exits with `code`, with
+/// binutils (`as --32`, `ld -m elf_i386`; no 32-bit C library needed). Returns its path.
+pub fn i386_exit_program(dir: &Path, code: u8) -> PathBuf {
+    let source = dir.join("exit32.s");
+    std::fs::write(
+        &source,
+        format!(
+            ".globl _start\n_start:\n    movl $1, %eax\n    movl ${code}, %ebx\n    int $0x80\n"
+        ),
+    )
+    .unwrap();
+    let object = dir.join("exit32.o");
+    let program = dir.join("exit32");
+    for (tool, args) in [
+        (
+            "as",
+            vec![
+                "--32".as_ref(),
+                "-o".as_ref(),
+                object.as_os_str(),
+                source.as_os_str(),
+            ],
+        ),
+        (
+            "ld",
+            vec![
+                "-m".as_ref(),
+                "elf_i386".as_ref(),
+                "-o".as_ref(),
+                program.as_os_str(),
+                object.as_os_str(),
+            ],
+        ),
+    ] {
+        let status = Command::new(tool)
+            .args(&args)
+            .status()
+            .expect("binutils run");
+        assert!(status.success(), "{tool} {args:?} failed");
+    }
+    program
+}

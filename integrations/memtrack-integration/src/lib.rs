@@ -241,7 +241,9 @@ impl Session {
 
     /// Writes `benchmarks` as this process's result file in `dir`
     /// (`{pid}.MemtrackResult.msgpack`, its `stats` the sum of the benchmarks), after
-    /// removing result files of earlier runs from `dir`. In-process only.
+    /// removing result files of earlier runs from `dir`. In-process only. The file, and
+    /// directories created for it, belong to the invoking user when this runs as root
+    /// through sudo ([`memtrack::sudo_invoker`]).
     pub fn write_result(
         &self,
         dir: &Path,
@@ -259,7 +261,11 @@ impl Session {
         process.benchmarks = benchmarks.to_vec();
         let result = MemtrackResult::new(process);
         remove_earlier_results(dir, &result.file_name());
-        result.write_to_dir(dir).map(Some)
+        // Run as root through sudo (`sudo cargo bench`), the results are the invoking
+        // user's, readable and removable by them (files are mode 0600).
+        memtrack::OutputDir::create_all(dir, memtrack::sudo_invoker())?
+            .write_file(&result.file_name(), &result.to_bytes())
+            .map(Some)
     }
 }
 
