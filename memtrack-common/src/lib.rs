@@ -354,6 +354,8 @@ pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 /// Capacity of the `PENDING` map (threads inside an allocator call at once).
 pub const MAX_PENDING_CALLS: u32 = 16384;
 
+pub mod unwind;
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are #[repr(C)] with only integer fields and explicit padding,
@@ -363,6 +365,7 @@ mod pod {
     unsafe impl aya::Pod for super::LiveKey {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::FuncCounters {}
+    unsafe impl aya::Pod for super::unwind::UnwindRow {}
 }
 
 #[cfg(test)]

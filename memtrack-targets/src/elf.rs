@@ -246,19 +246,12 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
         let versions = sections
             .versions(endian, data)
             .map_err(|e| Error::elf(path, e))?;
-        let segments = header
-            .program_headers(endian, data)
-            .map_err(|e| Error::elf(path, e))?
-            .iter()
-            .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
-            .map(|ph| LoadSegment {
-                vaddr: ph.p_vaddr(endian),
-                offset: ph.p_offset(endian),
-                filesz: ph.p_filesz(endian),
-                memsz: ph.p_memsz(endian),
-                flags: ph.p_flags(endian),
-            })
-            .collect();
+        let segments = pt_loads(
+            header
+                .program_headers(endian, data)
+                .map_err(|e| Error::elf(path, e))?,
+            endian,
+        );
         Ok(ElfReader {
             path,
             endian,
@@ -344,6 +337,24 @@ impl<'data, R: ReadRef<'data>> ElfReader<'data, R> {
     }
 }
 
+/// The `PT_LOAD` entries of a program header table, in order.
+pub(crate) fn pt_loads(
+    headers: &[elf::ProgramHeader64<Endianness>],
+    endian: Endianness,
+) -> Vec<LoadSegment> {
+    headers
+        .iter()
+        .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
+        .map(|ph| LoadSegment {
+            vaddr: ph.p_vaddr(endian),
+            offset: ph.p_offset(endian),
+            filesz: ph.p_filesz(endian),
+            memsz: ph.p_memsz(endian),
+            flags: ph.p_flags(endian),
+        })
+        .collect()
+}
+
 /// Splits `name@@VERSION` / `name@VERSION` into (name, version, is_default).
 fn split_versioned_name(raw: &[u8]) -> (&[u8], Option<String>, bool) {
     let Some(at) = raw.iter().position(|&b| b == b'@') else {
@@ -367,7 +378,7 @@ const EI_CLASS: usize = 4;
 const EI_DATA: usize = 5;
 
 /// Rejects anything but 64-bit little-endian x86_64 ELF with a clear error.
-fn check_x86_64<'data, R: ReadRef<'data>>(data: R, path: &Path) -> Result<(), Error> {
+pub(crate) fn check_x86_64<'data, R: ReadRef<'data>>(data: R, path: &Path) -> Result<(), Error> {
     let ident: &[u8] = data
         .read_bytes_at(0, 20)
         .map_err(|()| Error::elf(path, "file is shorter than an ELF header"))?;

@@ -88,6 +88,16 @@ pub enum Error {
         /// Its virtual address (`st_value`).
         vaddr: u64,
     },
+
+    /// An object's `.eh_frame` could not be turned into an unwind table (it does not
+    /// parse, or the table would not fit the format).
+    #[error("{}: cannot build its unwind table: {reason}", .path.display())]
+    UnwindInfo {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -12,6 +12,7 @@
 //! - [`elf`]: the allocator symbols of one ELF file and their file offsets.
 //! - [`process`]: both together for a running process.
 //! - [`probe_site`]: the cheapest instruction for the entry probe.
+//! - [`unwind`]: unwind tables from `.eh_frame` for the in-kernel stack unwinder.
 //!
 //! # Example
 //!
@@ -46,6 +47,7 @@ mod error;
 pub mod maps;
 pub mod probe_site;
 pub mod process;
+pub mod unwind;
 
 pub use alloc_fn::{AllocFn, Kind};
 pub use dynamic_loader::debug_state_address;
