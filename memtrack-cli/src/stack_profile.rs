@@ -14,7 +14,7 @@ use std::{
 
 use memtrack::{
     RunResults, Stats, TrackedProcess,
-    stacks::{ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
+    stacks::{Frame, ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
 };
 use serde::Serialize;
 
@@ -146,17 +146,22 @@ pub enum ScopeChoice {
 /// Where a shown frame is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Place {
-    /// A return address inside an object file.
+    /// An address inside an object file.
     Object {
         /// The object.
         object: StackObject,
-        /// The return address, an ELF virtual address of the object.
+        /// The frame's address, an ELF virtual address of the object (a return address
+        /// unless `interrupted`).
         address: u64,
+        /// `address` is an instruction a signal interrupted.
+        interrupted: bool,
     },
-    /// A return address outside any file (runtime address).
+    /// An address outside any file.
     Anonymous {
-        /// The runtime return address.
+        /// The frame's runtime address (a return address unless `interrupted`).
         address: u64,
+        /// `address` is an instruction a signal interrupted.
+        interrupted: bool,
     },
     /// Not an address: `[unknown]`, `[truncated]`, or the lost stacks.
     Marker(&'static str),
@@ -175,14 +180,28 @@ pub struct ShownFrame {
 }
 
 impl ShownFrame {
-    /// The address of the call this frame's return address follows (return address
-    /// minus one: what valgrind shows, and what `addr2line` resolves to the call's line);
-    /// None for markers.
-    pub fn call_site(&self) -> Option<u64> {
+    /// The address shown for the frame and looked up in its object: for a return
+    /// address the call before it (return address - 1: what valgrind shows, and what
+    /// `addr2line` resolves to the call's line), else the address itself; None for
+    /// markers.
+    pub fn shown_address(&self) -> Option<u64> {
         match self.place {
-            Place::Object { address, .. } | Place::Anonymous { address } => {
-                Some(address.saturating_sub(1))
+            Place::Object {
+                address,
+                interrupted,
+                ..
             }
+            | Place::Anonymous {
+                address,
+                interrupted,
+            } => Some(
+                Frame {
+                    object: None,
+                    address,
+                    interrupted,
+                }
+                .lookup_address(),
+            ),
             Place::Marker(_) => None,
         }
     }
@@ -314,7 +333,7 @@ pub fn resolve(
                 .iter()
                 .filter_map(move |frame| {
                     let object = &stacks.objects[frame.object? as usize];
-                    Some((object, frame.address))
+                    Some((object, frame.lookup_address()))
                 })
         })
     });
@@ -345,15 +364,13 @@ fn profile(
                 .frames
                 .iter()
                 .map(|frame| match frame.object {
-                    Some(object) => {
-                        let object = &stacks.objects[object as usize];
-                        shown_frame(object, frame.address, symbols)
-                    }
+                    Some(object) => shown_frame(&stacks.objects[object as usize], frame, symbols),
                     None => made_up(
                         Place::Anonymous {
                             address: frame.address,
+                            interrupted: frame.interrupted,
                         },
-                        format!("{:#x}", frame.address.saturating_sub(1)),
+                        format!("{:#x}", frame.lookup_address()),
                     ),
                 })
                 .collect();
@@ -406,18 +423,20 @@ fn profile(
     }
 }
 
-fn shown_frame(object: &StackObject, address: u64, symbols: &Symbols) -> ShownFrame {
+fn shown_frame(object: &StackObject, frame: &Frame, symbols: &Symbols) -> ShownFrame {
     let place = Place::Object {
         object: object.clone(),
-        address,
+        address: frame.address,
+        interrupted: frame.interrupted,
     };
+    let address = frame.lookup_address();
     let logical = symbols.frames(object, address);
     if logical.is_empty() {
         let name = object.path.file_name().map_or_else(
             || object.path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        made_up(place, format!("{name}+{:#x}", address.saturating_sub(1)))
+        made_up(place, format!("{name}+{address:#x}"))
     } else {
         ShownFrame {
             place,

@@ -8,7 +8,10 @@
 //! would give wrong names, so its frames stay `object+0xaddress` and the object is
 //! reported as changed. Every distinct (object, address) is symbolized once, however
 //! many stacks and processes share it; each object's addresses go to blazesym in one
-//! batch.
+//! batch. The addresses are the ones to look up ([`Frame::lookup_address`]: a return
+//! address minus one).
+//!
+//! [`Frame::lookup_address`]: memtrack::stacks::Frame::lookup_address
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -55,7 +58,7 @@ pub struct LogicalFrame {
     /// Where in it the call is, if the object has line information.
     pub location: Option<SourceLocation>,
     /// Whether this function was inlined into the next logical frame of the same
-    /// return address (false for the last one, the function the code belongs to).
+    /// address (false for the last one, the function the code belongs to).
     pub inlined: bool,
 }
 
@@ -106,18 +109,18 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The symbols of every (object, return address) asked for.
+/// The symbols of every (object, address) asked for.
 #[derive(Debug, Default)]
 pub struct Symbols {
     objects: BTreeMap<StackObject, ObjectStatus>,
-    /// Logical frames per object and return address, innermost first; empty when the
-    /// address has no symbol (or the object is not usable).
+    /// Logical frames per object and address, innermost first; empty when the address
+    /// has no symbol (or the object is not usable).
     frames: HashMap<StackObject, HashMap<u64, Vec<LogicalFrame>>>,
     looked_up: usize,
 }
 
 impl Symbols {
-    /// Symbolizes every return address in `wanted` (object, address pairs; duplicates
+    /// Symbolizes every address in `wanted` (object and address to look up; duplicates
     /// are looked up once).
     pub fn resolve<'a>(wanted: impl IntoIterator<Item = (&'a StackObject, u64)>) -> Symbols {
         let mut by_object: BTreeMap<&StackObject, BTreeSet<u64>> = BTreeMap::new();
@@ -147,8 +150,8 @@ impl Symbols {
         symbols
     }
 
-    /// The logical frames of a return address, innermost first (empty: no symbol).
-    /// Addresses that were not asked for have none either.
+    /// The logical frames at an address, innermost first (empty: no symbol). Addresses
+    /// that were not asked for have none either.
     pub fn frames(&self, object: &StackObject, address: u64) -> &[LogicalFrame] {
         self.frames
             .get(object)
@@ -191,21 +194,18 @@ fn check_object(object: &StackObject) -> ObjectStatus {
     }
 }
 
-/// The logical frames of each return address of one object, in `addresses` order, or
-/// why the object could not be read for symbols.
+/// The logical frames at each address of one object, in `addresses` order, or why the
+/// object could not be read for symbols.
 fn lookup(
     symbolizer: &symbolize::Symbolizer,
     object: &StackObject,
     addresses: &[u64],
 ) -> Result<Vec<Vec<LogicalFrame>>, String> {
-    // A return address is the instruction after the call; the call itself (what the
-    // line tables should say) ends one byte before it.
-    let call_sites: Vec<u64> = addresses.iter().map(|a| a.saturating_sub(1)).collect();
     let source = Source::Elf(Elf::new(&object.path));
     // An object that cannot be read leaves its own frames unsymbolized (and says why),
     // not the whole report.
     symbolizer
-        .symbolize(&source, Input::VirtOffset(&call_sites))
+        .symbolize(&source, Input::VirtOffset(addresses))
         .map(|results| results.into_iter().map(logical_frames).collect())
         .map_err(|e| format!("reading its symbols failed: {e}"))
 }

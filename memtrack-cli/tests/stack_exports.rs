@@ -775,15 +775,17 @@ fn dh_view_opens_the_dhat_export() {
     assert!(std::fs::metadata(&png).unwrap().len() > 10_000);
 }
 
-/// Frames outside any file and stacks cut at the depth limit are shown as such in every
-/// view.
+/// Frames outside any file, interrupted instructions and stacks cut at the depth limit
+/// are shown as such in every view.
 #[test]
 fn anonymous_frames_and_truncated_stacks() {
     let mut p = call_tree_profile(&built().call_tree);
     let stacks = p.stacks.as_mut().unwrap();
+    // An instruction a signal interrupted: shown and looked up as it is (a return
+    // address would be shown at the call, one byte before).
     stacks.stacks[1].frames[2] = memtrack::stacks::Frame {
-        object: None,
-        address: 0x7f00_0000_1234,
+        interrupted: true,
+        ..memtrack::stacks::Frame::returning_to(None, 0x7f00_0000_1234)
     };
     stacks.stacks[1].end = memtrack::stacks::StackEnd::Truncated;
     let profiles = profiles_of(p);
@@ -793,20 +795,20 @@ fn anonymous_frames_and_truncated_stacks() {
         .collect();
     assert_eq!(
         names,
-        ["decode", "load_other", "0x7f0000001233", "[truncated]"]
+        ["decode", "load_other", "0x7f0000001234", "[truncated]"]
     );
     let file: Value = serde_json::from_str(&dhat::render(&profiles[0])).unwrap();
     let ftbl = file["ftbl"].as_array().unwrap();
-    assert!(ftbl.contains(&json!("0x7F0000001233: 0x7f0000001233 (not in a file)")));
+    assert!(ftbl.contains(&json!("0x7F0000001234: 0x7f0000001234 (not in a file)")));
     assert!(ftbl.contains(&json!("[truncated]")));
     let profile = pprof::build(&profiles);
     let anonymous = &profile.location[profile.sample[1].location_id[2] as usize - 1];
     assert_eq!(
         (anonymous.mapping_id, anonymous.address),
-        (0, 0x7f00_0000_1233)
+        (0, 0x7f00_0000_1234)
     );
     assert_eq!(
         flamegraph::collapsed(&profiles, FlameMetric::Allocated)[1],
-        "pid 4242: ./call_tree;[truncated];0x7f0000001233;load_other;decode 300"
+        "pid 4242: ./call_tree;[truncated];0x7f0000001234;load_other;decode 300"
     );
 }

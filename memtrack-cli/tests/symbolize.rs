@@ -8,7 +8,7 @@ mod stack_fixtures;
 
 use std::path::Path;
 
-use memtrack::stacks::StackObject;
+use memtrack::stacks::{Frame, StackObject};
 use memtrack_cli::{
     stack_profile::{self, Place, ScopeChoice},
     symbolize::{LogicalFrame, ObjectStatus, Symbols},
@@ -31,16 +31,19 @@ fn summary(frames: &[LogicalFrame]) -> Vec<(String, String, Option<u32>)> {
         .collect()
 }
 
-/// Symbolizes `address` of `binary` and checks it against addr2line.
+/// Symbolizes the return address `address` of `binary` (at the call: address - 1, as
+/// the stacks views look it up) and checks it against addr2line.
 fn symbolize(binary: &Path, address: u64) -> Vec<LogicalFrame> {
     let object = object(binary);
-    let symbols = Symbols::resolve([(&object, address)]);
+    let call = Frame::returning_to(Some(0), address).lookup_address();
+    assert_eq!(call, address - 1);
+    let symbols = Symbols::resolve([(&object, call)]);
     assert_eq!(symbols.status(&object), Some(&ObjectStatus::Verified));
-    let frames = symbols.frames(&object, address).to_vec();
+    let frames = symbols.frames(&object, call).to_vec();
     assert_eq!(
         summary(&frames),
-        addr2line(binary, address - 1),
-        "memtrack and addr2line disagree about {address:#x} in {}",
+        addr2line(binary, call),
+        "memtrack and addr2line disagree about {call:#x} in {}",
         binary.display()
     );
     frames

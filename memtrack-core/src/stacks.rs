@@ -61,16 +61,43 @@ pub struct StackObject {
     pub build_id: Option<String>,
 }
 
-/// One frame of a stack: a return address, as an address inside an object.
+/// One frame of a stack: an instruction address inside an object, normally a return
+/// address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Frame {
     /// The object the address is in; `None` for code outside any file-backed mapping
     /// (JIT code, for example), whose `address` is then the runtime address.
     pub object: Option<ObjectId>,
-    /// The return address as an ELF virtual address of the object, i.e. the runtime
-    /// address minus the object's load bias (see [`elf_address`]). It points just after
-    /// the call instruction; symbolizers look up `address - 1` to find the call's line.
+    /// The address as an ELF virtual address of the object, i.e. the runtime address
+    /// minus the object's load bias (see [`elf_address`]): a return address (just after
+    /// the call instruction), unless `interrupted`.
     pub address: u64,
+    /// `address` is the instruction a signal interrupted (the frame below a signal
+    /// handler), not a return address.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl Frame {
+    /// The frame of a return address `address` in `object`.
+    pub fn returning_to(object: Option<ObjectId>, address: u64) -> Frame {
+        Frame {
+            object,
+            address,
+            interrupted: false,
+        }
+    }
+
+    /// The address to symbolize: the call instruction's last byte (`address - 1`) for a
+    /// return address, since the return address may belong to the next line or even the
+    /// next function; `address` itself for an interrupted instruction.
+    pub fn lookup_address(&self) -> u64 {
+        if self.interrupted {
+            self.address
+        } else {
+            self.address.saturating_sub(1)
+        }
+    }
 }
 
 /// How unwinding ended after a stack's last (outermost) frame.
@@ -336,10 +363,7 @@ mod tests {
     }
 
     fn sample() -> ProcessStacks {
-        let frame = |object, address| Frame {
-            object: Some(object),
-            address,
-        };
+        let frame = |object, address| Frame::returning_to(Some(object), address);
         ProcessStacks {
             depth_limit: 64,
             objects: vec![StackObject {
@@ -427,6 +451,20 @@ mod tests {
             bad.validate().unwrap_err().0,
             "region \"b\": stack 0 is listed twice"
         );
+    }
+
+    #[test]
+    fn return_addresses_are_looked_up_at_the_call() {
+        assert_eq!(
+            Frame::returning_to(Some(0), 0x11c9).lookup_address(),
+            0x11c8
+        );
+        let interrupted = Frame {
+            interrupted: true,
+            ..Frame::returning_to(None, 0x11c9)
+        };
+        assert_eq!(interrupted.lookup_address(), 0x11c9);
+        assert_eq!(Frame::returning_to(None, 0).lookup_address(), 0);
     }
 
     #[test]

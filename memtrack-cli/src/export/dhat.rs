@@ -15,7 +15,7 @@
 //! Frames are written the way valgrind writes them: `0xADDR: function (file:line)`, the
 //! address being the call site (return address - 1); `0xADDR: function (in OBJECT)`
 //! without line information; `0xADDR: object+0xADDR (in PATH, build id ID)` without
-//! symbols. Frame indices are given per (return address, logical frame), so two stacks
+//! symbols. Frame indices are given per (frame, logical frame), so two stacks
 //! are never merged by the viewer even if they print the same (it requires every
 //! program point's frames to be distinct).
 
@@ -75,11 +75,11 @@ fn micros(ns: u64) -> u64 {
 
 /// How a logical frame is written in the frame table.
 fn frame_string(frame: &ShownFrame, logical: &LogicalFrame) -> String {
-    let Some(call_site) = frame.call_site() else {
+    let Some(address) = frame.shown_address() else {
         return logical.function.clone(); // a marker
     };
     // Valgrind's style: 0x and upper-case digits (Rust's `#X` writes a lower-case 0x).
-    let address = format!("{call_site:#X}");
+    let address = format!("{address:#X}");
     match (&frame.place, &logical.location) {
         (_, Some(location)) => format!("{address}: {} ({location})", logical.function),
         (Place::Object { object, .. }, None) if frame.symbolized => {

@@ -290,8 +290,8 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
                             next
                         });
                         let mapping = &mut mappings[id as usize - 1];
-                        let call_site = frame.call_site().unwrap_or(0);
-                        mapping.memory_limit = mapping.memory_limit.max(call_site + 1);
+                        let address = frame.shown_address().unwrap_or(0);
+                        mapping.memory_limit = mapping.memory_limit.max(address + 1);
                         if frame.symbolized {
                             mapping.has_functions = true;
                             let lines = frame.logical.iter().any(|l| l.location.is_some());
@@ -338,7 +338,7 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
                 locations.push(proto::Location {
                     id,
                     mapping_id,
-                    address: frame.call_site().unwrap_or(0),
+                    address: frame.shown_address().unwrap_or(0),
                     line,
                 });
                 location_ids.insert((owner, &frame.place), id);

@@ -221,10 +221,7 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
     let frames = |addresses: &[u64]| {
         addresses
             .iter()
-            .map(|&address| Frame {
-                object: Some(0),
-                address,
-            })
+            .map(|&address| Frame::returning_to(Some(0), address))
             .collect()
     };
     let stacks = ProcessStacks {
