@@ -212,11 +212,14 @@ pub enum Error {
         "creating the kernel map for {blocks} live blocks (about {} MiB of kernel memory, \
          reserved when memtrack starts) failed: {source}; ask for fewer blocks \
          (--max-live-blocks, TrackerBuilder::max_live_blocks)",
-        crate::tracker::live_map_bytes(*.blocks) >> 20
+        .kernel_bytes >> 20
     )]
     LiveMap {
         /// The capacity asked for.
         blocks: u32,
+        /// Kernel memory, in bytes, such a map reserves
+        /// ([`live_map_bytes`](crate::live_map_bytes)).
+        kernel_bytes: u64,
         /// The kernel's answer.
         #[source]
         source: std::io::Error,

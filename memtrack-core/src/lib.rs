@@ -57,7 +57,7 @@ mod uprobe_multi;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use error::{Error, Result};
-pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
+pub use loader::{MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes};
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
@@ -66,4 +66,4 @@ pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SC
 pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
-pub use tracker::{MAX_LIVE_BLOCKS, Scope, Tracker, TrackerBuilder, live_map_bytes};
+pub use tracker::{Scope, Tracker, TrackerBuilder};
