@@ -6,15 +6,24 @@
 //! `memtrack report DIR` prints saved results again. This library is what the binary
 //! calls, public so that tests and tools can run the same code:
 //!
-//! - [`runner`]: run a command under the tracker with the FIFO server, write the results;
-//! - [`report`]: the human and JSON reports.
+//! - [`runner`]: run a command under the tracker with the FIFO server, write the results
+//!   ([`output`]: a results directory holding an earlier run's);
+//! - [`report`]: the human and JSON reports;
+//! - [`limits`]: `--limit`, per-benchmark bounds on [`counter`]s;
+//! - [`diff`]: `memtrack diff`, two runs compared;
+//! - [`exit_code`]: every exit code of the binary.
 //!
 //! Benchmark harnesses embed the `memtrack` library (crate `memtrack-core`), not this
 //! crate: it pulls in clap, serde_json and the FIFO server, and installs signal handlers.
 
 #![warn(missing_docs)]
 
+pub mod counter;
+pub mod diff;
 mod error;
+pub mod exit_code;
+pub mod limits;
+pub mod output;
 pub mod report;
 pub mod runner;
 
