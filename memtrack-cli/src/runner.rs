@@ -40,6 +40,9 @@ pub struct RunOptions {
     /// [`memtrack::MAX_LIVE_BLOCKS`]). More live blocks than this across the tracked
     /// processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
+    /// When the results directory holds the results of an earlier run: remove them
+    /// before the command starts (true), or refuse it (false: [`Error::EarlierResults`]).
+    pub replace: bool,
     /// Do not count mmap/munmap/brk (see
     /// [`TrackerBuilder::count_syscalls`](memtrack::TrackerBuilder::count_syscalls)).
     pub no_syscalls: bool,
@@ -183,7 +186,8 @@ impl fifo_protocol::Handler for MemoryHandler {
 /// directory. Progress goes to stderr.
 ///
 /// The output directory is opened (or created) and checked before anything else, so a
-/// directory that cannot take the results fails before the command runs, and every file
+/// directory that cannot take the results (or holds an earlier run's, see
+/// [`replace`](RunOptions::replace)) fails before the command runs, and every file
 /// is written through that handle ([`OutputDir`]), owned by
 /// [`run_as`](RunOptions::run_as) when given. A directory memtrack created is removed
 /// again if the run fails before anything was written in it.
@@ -192,6 +196,7 @@ pub fn run(spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
         Some(path) => OutputDir::open(path, options.run_as)?,
         None => OutputDir::create_private(options.run_as)?,
     };
+    crate::output::prepare(&out, options.replace)?;
     match track(spec, options, &out) {
         Ok(outcome) => Ok(outcome),
         Err(e) => {

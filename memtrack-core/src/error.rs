@@ -195,6 +195,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A directory below the one searched for results was not searched
+    /// ([`MemtrackResult::scan_tree`](crate::MemtrackResult::scan_tree)).
+    #[error("searching {} for results: {reason}", .dir.display())]
+    ResultTree {
+        /// The directory not searched.
+        dir: PathBuf,
+        /// Why, for humans.
+        reason: String,
+    },
+
     /// A live-block capacity outside what the kernel can make a map of.
     #[error(
         "a live-block map of {requested} blocks is impossible: the capacity must be 1 to \

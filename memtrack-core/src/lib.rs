@@ -47,11 +47,13 @@ mod output_dir;
 mod privileges;
 mod process;
 mod process_tracker;
+mod result_tree;
 mod results;
 mod shared;
 mod spawn;
 pub mod stacks;
 mod stats;
+pub mod testing;
 mod tracker;
 mod uprobe_multi;
 
@@ -62,7 +64,10 @@ pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
 pub use process_tracker::{ProcessTracker, TrackerControl};
-pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION};
+pub use result_tree::{MAX_TREE_DEPTH, ResultDir, ResultTree};
+pub use results::{
+    MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION, is_result_file_name,
+};
 pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
