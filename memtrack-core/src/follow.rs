@@ -294,7 +294,7 @@ impl FollowState {
         // meanwhile; calls before the probes are in place are not counted), and catch
         // its future dlopens.
         self.attach_now(pid);
-        self.hooks.install(pid);
+        self.install_hook(pid);
         Ok(pid)
     }
 
@@ -364,6 +364,13 @@ impl FollowState {
         }
     }
 
+    /// Hooks the dynamic loader of `pid` (ld_hook.rs); false if it has none memtrack
+    /// can hook.
+    fn install_hook(&mut self, pid: u32) -> bool {
+        let mut engine = self.shared.engine.lock();
+        self.hooks.install(&mut engine, pid)
+    }
+
     /// A process just exec'd (it is stopped at the exec event): note its new command
     /// line, probe what is mapped already (a static executable's own allocator), and
     /// hook the loader so the libraries are probed once mapped.
@@ -371,13 +378,11 @@ impl FollowState {
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
             record.process.command = process::read_cmdline(pid);
         }
-        // The old image's hook went with its memory.
-        self.hooks.forget(pid);
         let p = Pid::from_raw(pid as i32);
         self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
         let has_interp = memtrack_targets::has_interpreter(&exe).unwrap_or(true);
-        if !has_interp || self.hooks.install(pid) {
+        if !has_interp || self.install_hook(pid) {
             let _ = ptrace::cont(p, None);
             return;
         }
@@ -385,18 +390,28 @@ impl FollowState {
         let _ = ptrace::syscall(p, None);
     }
 
-    /// A signal-delivery-stop of a traced thread: at its loader's hook, probe what was
-    /// mapped and let it go on; else deliver the signal.
+    /// A signal-delivery-stop of a traced thread: stopped by its loader's hook, probe
+    /// what was mapped and let it go on (without the hook's signal); else deliver the
+    /// signal.
     fn on_signal_stop(&mut self, tid: u32, tgid: u32, signal: Signal) {
-        let Some(stop) = self.hooks.stopped_at_hook(tid, tgid, signal) else {
-            let _ = ptrace::cont(Pid::from_raw(tid as i32), signal);
+        let p = Pid::from_raw(tid as i32);
+        let stop = {
+            let mut engine = self.shared.engine.lock();
+            self.hooks.stopped_at_hook(&mut engine, tid, signal)
+        };
+        let Some(stop) = stop else {
+            let _ = ptrace::cont(p, signal);
             return;
         };
         let found = self.attach_now(tgid);
         if debug_follow() {
-            eprintln!("memtrack: loader hook in process {tgid}: allocator mapped: {found}");
+            eprintln!(
+                "memtrack: loader hook in process {tgid} (thread {tid}, {signal:?}): \
+                 allocator mapped: {found}"
+            );
         }
-        self.hooks.resume(stop);
+        // Errors: the thread was killed meanwhile; its exit is reported next.
+        let _ = ptrace::cont(p, stop.deliver);
     }
 
     /// A syscall-stop of a process waiting for its allocator to be mapped.
@@ -429,6 +444,8 @@ impl FollowState {
             if tgid != tid {
                 // A non-leader thread exec'd: it took over the leader's pid.
                 self.tasks.remove(&tid);
+                let mut engine = self.shared.engine.lock();
+                self.hooks.thread_gone(&mut engine, tid);
             }
             self.close_image(tgid);
             self.after_exec(tgid);
@@ -459,11 +476,11 @@ impl FollowState {
         };
         self.tasks.insert(tid, Task { tgid });
         if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
-            // A new process: it shares its parent's mappings (and the loader hook in
-            // them), so probe it right away.
+            // A new process: it has a copy of its parent's mappings, but not its probes
+            // (they are scoped to the parent): probe it and hook its loader right away.
             self.register_process(tid, ppid);
             self.attach_now(tid);
-            self.hooks.inherit(tid, ppid);
+            self.install_hook(tid);
         }
         let _ = ptrace::cont(p, None);
     }
@@ -475,11 +492,11 @@ impl FollowState {
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };
+        self.hooks.thread_gone(&mut self.shared.engine.lock(), tid);
         if task.tgid != tid {
             return;
         }
         self.exec_wait.remove(&tid);
-        self.hooks.forget(tid);
         let final_stats = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(tid).ok();
@@ -552,10 +569,9 @@ impl FollowState {
 
 impl Drop for FollowState {
     fn drop(&mut self) {
-        // However the follower ends (shutdown, a failed setup or wait, a panic): take
-        // the loader hooks out (a breakpoint left behind would kill its process at the
-        // next `dlopen`), and tell a waiter on the root that no exit will come.
-        self.hooks.remove_all();
+        // However the follower ends (shutdown, a failed setup or wait, a panic), tell a
+        // waiter on the root that no exit will come. (The loader hooks need no undoing:
+        // they are uprobes, removed with their links.)
         let reason = match self.failure.take() {
             Some(reason) => reason,
             None if std::thread::panicking() => "it panicked".into(),
