@@ -188,7 +188,7 @@ fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
 }
 
 /// Why a command could not be started, from its exec-error pipe.
-fn spawn_error(command: String, child: &spawn::StoppedChild) -> Error {
+fn spawn_error(command: String, child: &spawn::HeldChild) -> Error {
     let reason = spawn::exec_errno(&child.exec_error)
         .map(|e| Errno::from_raw(e).desc().to_string())
         .unwrap_or_else(|| "it exited before exec".into());
@@ -217,48 +217,18 @@ impl FollowState {
     }
 
     fn setup_spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
-        let child = spawn::fork_stopped(spec)?;
+        let mut child = spawn::fork_held(spec)?;
         let pid = child.pid;
         let command = spec.program.to_string_lossy().into_owned();
-        let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::__WNOTHREAD;
-        match waitpid(pid, Some(flags)) {
-            Ok(WaitStatus::Stopped(_, _)) => {}
-            Ok(WaitStatus::Exited(_, _)) | Ok(WaitStatus::Signaled(..)) => {
-                return Err(spawn_error(command, &child));
-            }
-            other => {
-                return Err(Error::Spawn {
-                    command,
-                    reason: format!("unexpected state before exec: {other:?}"),
-                });
-            }
-        }
-        ptrace::seize(pid, options()).map_err(ptrace_err(pid, "PTRACE_SEIZE"))?;
-        kill(pid, Signal::SIGCONT).map_err(ptrace_err(pid, "kill(SIGCONT)"))?;
         let raw = pid.as_raw() as u32;
-        self.tasks.insert(raw, Task { tgid: raw });
-        loop {
-            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
-                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
-                    break;
-                }
-                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Stopped(_, Signal::SIGCONT))
-                | Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
-                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Stopped(_, sig)) => {
-                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    self.tasks.remove(&raw);
-                    return Err(spawn_error(command, &child));
-                }
-                Ok(_) => {}
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+        match self.seize_and_release(&mut child, &command) {
+            Ok(()) => {}
+            Err(e) => {
+                // Never leave it to run the command untracked after an error.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+                self.tasks.remove(&raw);
+                return Err(e);
             }
         }
         self.root = raw;
@@ -266,6 +236,44 @@ impl FollowState {
         self.register_process(raw, ppid);
         self.after_exec(raw);
         Ok(raw)
+    }
+
+    /// Seizes the held child, lets it go on, and waits for its exec (it is then
+    /// stopped at the exec event).
+    fn seize_and_release(&mut self, child: &mut spawn::HeldChild, command: &str) -> Result<()> {
+        let pid = child.pid;
+        let raw = pid.as_raw() as u32;
+        if let Err(e) = ptrace::seize(pid, options()) {
+            // A child that failed before waiting (chdir, setuid) has exited.
+            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
+            {
+                return Err(spawn_error(command.to_string(), child));
+            }
+            return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
+        }
+        self.tasks.insert(raw, Task { tgid: raw });
+        child.release();
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
+                    return Ok(());
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.tasks.remove(&raw);
+                    return Err(spawn_error(command.to_string(), child));
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+            }
+        }
     }
 
     fn setup_attach(&mut self, pid: u32) -> Result<u32> {
