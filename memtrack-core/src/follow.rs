@@ -518,6 +518,7 @@ impl FollowState {
             record.process.exit_signal = signal;
             record.final_stats = final_stats;
         }
+        self.shared.process_exited(tid);
         if tid == self.root {
             self.shared.root_exited(code, signal);
         }
@@ -578,8 +579,8 @@ impl FollowState {
 impl Drop for FollowState {
     fn drop(&mut self) {
         // However the follower ends (shutdown, a failed setup or wait, a panic), tell a
-        // waiter on the root that no exit will come. (The loader hooks need no undoing:
-        // they are uprobes, removed with their links.)
+        // waiter on the root that no exit will come, and end the stream of exits. (The
+        // loader hooks need no undoing: they are uprobes, removed with their links.)
         let reason = match self.failure.take() {
             Some(reason) => reason,
             None if std::thread::panicking() => "it panicked".into(),
