@@ -42,6 +42,7 @@ use nix::{
 
 use crate::{
     error::{Error, Result},
+    hold::{Hold, Holds},
     ld_hook::LdHooks,
     process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
     shared::Shared,
@@ -139,6 +140,8 @@ struct FollowState {
     shared: Arc<Shared>,
     /// The stops at each process's dynamic loader.
     hooks: LdHooks,
+    /// Where a test asked the follower to hold (MEMTRACK_TEST_HOLD).
+    holds: Holds,
     /// Every traced thread, by tid.
     tasks: HashMap<u32, Task>,
     /// Processes between an exec and their allocator being mapped: syscall-stops left.
@@ -200,6 +203,7 @@ impl FollowState {
         FollowState {
             shared,
             hooks: LdHooks::default(),
+            holds: Holds::from_env(),
             tasks: HashMap::new(),
             exec_wait: HashMap::new(),
             root: 0,
@@ -220,6 +224,7 @@ impl FollowState {
         let mut child = spawn::fork_held(spec)?;
         let pid = child.pid;
         let command = spec.program.to_string_lossy().into_owned();
+        self.holds.reached(Hold::Spawn, pid.as_raw() as u32);
         let raw = pid.as_raw() as u32;
         match self.seize_and_release(&mut child, &command) {
             Ok(()) => {}
@@ -253,6 +258,7 @@ impl FollowState {
             return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
         }
         self.tasks.insert(raw, Task { tgid: raw });
+        self.holds.reached(Hold::Seized, raw);
         child.release();
         loop {
             match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
@@ -383,6 +389,7 @@ impl FollowState {
     /// line, probe what is mapped already (a static executable's own allocator), and
     /// hook the loader so the libraries are probed once mapped.
     fn after_exec(&mut self, pid: u32) {
+        self.holds.reached(Hold::Exec, pid);
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
             record.process.command = process::read_cmdline(pid);
         }
@@ -411,6 +418,7 @@ impl FollowState {
             let _ = ptrace::cont(p, signal);
             return;
         };
+        self.holds.reached(Hold::Hook, tgid);
         let found = self.attach_now(tgid);
         if debug_follow() {
             eprintln!(
@@ -486,6 +494,7 @@ impl FollowState {
         if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
             // A new process: it has a copy of its parent's mappings, but not its probes
             // (they are scoped to the parent): probe it and hook its loader right away.
+            self.holds.reached(Hold::Fork, tid);
             self.register_process(tid, ppid);
             self.attach_now(tid);
             self.install_hook(tid);
@@ -518,6 +527,7 @@ impl FollowState {
             record.process.exit_signal = signal;
             record.final_stats = final_stats;
         }
+        self.holds.reached(Hold::Exit, tid);
         self.shared.process_exited(tid);
         if tid == self.root {
             self.shared.root_exited(code, signal);
