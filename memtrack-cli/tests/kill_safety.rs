@@ -220,9 +220,8 @@ fn run_and_kill(command: &[OsString], moment: Moment, out: &Path) -> Killed {
         }
     }
     // Every writer of the phases is gone: memtrack and the whole program.
-    if !killed {
-        let _ = memtrack.wait();
-    }
+    // Reaped already when killed (wait() then returns the status it took).
+    let _ = memtrack.wait();
     let _ = stderr_reader.join();
     // Lines that came after the phases ended.
     stderr_lines.extend(events.try_iter().filter_map(|e| match e {
