@@ -1,0 +1,463 @@
+//! The aggregated, symbolized stacks that every stacks view is made from (the terminal
+//! report and the DHAT, pprof and flamegraph exports): for one process and one scope (the
+//! whole process or one benchmark region), each stack's counters and its frames,
+//! innermost first, each return address expanded into its logical (inlined) frames.
+//!
+//! Where the stacks come from: until the result record carries them, each process's
+//! [`ProcessStacks`] is stored beside its result file as `{pid}.MemtrackStacks.msgpack`
+//! (a MessagePack map with named fields, as result files are); [`load_dir`] reads both.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use memtrack::{
+    RunResults, Stats, TrackedProcess,
+    stacks::{Frame, ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
+};
+use serde::Serialize;
+
+use crate::{
+    Error, Result,
+    symbolize::{LogicalFrame, Symbols},
+};
+
+/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`.
+pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
+
+/// The frame shown for allocations whose stack was lost (the kernel's stack map full).
+pub const LOST_FRAME: &str = "[stack lost: stack map full]";
+/// The frame shown after the last frame of a stack that ended at a frame without unwind
+/// information.
+pub const UNKNOWN_FRAME: &str = "[unknown]";
+/// The frame shown after the last frame of a stack cut at the depth limit.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
+/// Writes `dir/{pid}.MemtrackStacks.msgpack` (creating `dir`) atomically, as result
+/// files are written (a temporary file renamed into place), returning its path.
+pub fn write_stacks(dir: &Path, pid: u32, stacks: &ProcessStacks) -> Result<PathBuf> {
+    let name = format!("{pid}{STACKS_FILE_SUFFIX}");
+    let path = dir.join(&name);
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let bytes = rmp_serde::to_vec_named(stacks).expect("stacks always serialise");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Write {
+            path: path.clone(),
+            source: Box::new(e),
+        }
+    })?;
+    Ok(path)
+}
+
+/// The largest stacks file read: 1 GiB (a million distinct stacks of 64 frames are
+/// about 800 MiB).
+pub const MAX_STACKS_FILE_BYTES: u64 = 1 << 30;
+
+/// The bytes of `path` if it is a regular file of at most `limit` bytes. Anyone may have
+/// put files in a results directory, so, as for result files: never through a symbolic
+/// link (`O_NOFOLLOW`), never blocking on a FIFO or device (`O_NONBLOCK`, then the handle
+/// must be a regular file), never more than the limit (even if it grows meanwhile).
+fn read_bounded(path: &Path, limit: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::{io::Read, os::unix::fs::OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "is a symbolic link: not read".to_string(),
+            _ => e.to_string(),
+        })?;
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err("not a regular file: not read".to_string());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than {limit} bytes: not a stacks file memtrack wrote"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads a stacks file and checks its references.
+pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
+    let invalid = |reason: String| Error::Stacks {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = read_bounded(path, MAX_STACKS_FILE_BYTES).map_err(invalid)?;
+    let stacks: ProcessStacks = rmp_serde::from_slice(&bytes)
+        .map_err(|e| invalid(format!("truncated or corrupt MessagePack: {e}")))?;
+    stacks.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(stacks)
+}
+
+/// One process's saved record and, if they were recorded, its stacks.
+#[derive(Clone, Debug)]
+pub struct LoadedProcess {
+    /// The process's record (from its result file).
+    pub process: TrackedProcess,
+    /// The stacks (None: none were recorded for it).
+    pub stacks: Option<ProcessStacks>,
+}
+
+/// Reads every process's result in `dir` (ordered by pid) with the stacks saved beside
+/// it.
+pub fn load_dir(dir: &Path) -> Result<Vec<LoadedProcess>> {
+    let results = RunResults::read_dir(dir)?;
+    results
+        .processes
+        .into_iter()
+        .map(|process| {
+            let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", process.pid));
+            // symlink_metadata: a link named like a stacks file is refused, not followed.
+            let stacks = if path.symlink_metadata().is_ok() {
+                Some(read_stacks(&path)?)
+            } else {
+                None
+            };
+            Ok(LoadedProcess { process, stacks })
+        })
+        .collect()
+}
+
+/// Which counters the views show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScopeChoice {
+    /// Each process's whole-process counters.
+    Process,
+    /// The benchmark region with this uri, in each process that ran it.
+    Benchmark(String),
+}
+
+/// Where a shown frame is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Place {
+    /// An address inside an object file.
+    Object {
+        /// The object.
+        object: StackObject,
+        /// The frame's address, an ELF virtual address of the object (a return address
+        /// unless `interrupted`).
+        address: u64,
+        /// `address` is an instruction a signal interrupted.
+        interrupted: bool,
+    },
+    /// An address outside any file.
+    Anonymous {
+        /// The frame's runtime address (a return address unless `interrupted`).
+        address: u64,
+        /// `address` is an instruction a signal interrupted.
+        interrupted: bool,
+    },
+    /// Not an address: `[unknown]`, `[truncated]`, or the lost stacks.
+    Marker(&'static str),
+}
+
+/// One physical frame of a shown stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShownFrame {
+    /// Where it is.
+    pub place: Place,
+    /// Its logical frames, innermost first; never empty: a frame without symbols has
+    /// one, named `object+0xADDRESS` (or `0xADDRESS`, or the marker).
+    pub logical: Vec<LogicalFrame>,
+    /// Whether `logical` comes from symbols (false: a name made up from the place).
+    pub symbolized: bool,
+}
+
+impl ShownFrame {
+    /// The address shown for the frame and looked up in its object: for a return
+    /// address the call before it (return address - 1: what valgrind shows, and what
+    /// `addr2line` resolves to the call's line), else the address itself; None for
+    /// markers.
+    pub fn shown_address(&self) -> Option<u64> {
+        match self.place {
+            Place::Object {
+                address,
+                interrupted,
+                ..
+            }
+            | Place::Anonymous {
+                address,
+                interrupted,
+            } => Some(
+                Frame {
+                    object: None,
+                    address,
+                    interrupted,
+                }
+                .lookup_address(),
+            ),
+            Place::Marker(_) => None,
+        }
+    }
+
+    /// The object it is in, if any.
+    pub fn object(&self) -> Option<&StackObject> {
+        match &self.place {
+            Place::Object { object, .. } => Some(object),
+            _ => None,
+        }
+    }
+}
+
+/// One stack with its counters in the scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShownStack {
+    /// Its id in the process's stacks; None for the lost stacks.
+    pub id: Option<StackId>,
+    /// Its frames, innermost first, ending with a marker frame when unwinding did not
+    /// reach the outermost frame.
+    pub frames: Vec<ShownFrame>,
+    /// Its counters.
+    pub counts: StackCounts,
+}
+
+impl ShownStack {
+    /// Every logical frame, innermost first.
+    pub fn logical(&self) -> impl Iterator<Item = (&ShownFrame, &LogicalFrame)> {
+        self.frames
+            .iter()
+            .flat_map(|f| f.logical.iter().map(move |l| (f, l)))
+    }
+}
+
+/// One process's stacks in one scope, symbolized: what every view shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StackProfile {
+    /// Process id.
+    pub pid: u32,
+    /// Its command line.
+    pub command: Vec<String>,
+    /// The benchmark region shown, None for the whole process.
+    pub benchmark: Option<String>,
+    /// When tracking of the process began, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// When the scope began, `CLOCK_MONOTONIC` ns.
+    pub start_ns: u64,
+    /// When it ended, `CLOCK_MONOTONIC` ns.
+    pub end_ns: u64,
+    /// When its live bytes were highest (t-gmax), `CLOCK_MONOTONIC` ns.
+    pub peak_ns: Option<u64>,
+    /// The unwinder's depth limit, in frames.
+    pub depth_limit: u32,
+    /// The stacks with allocations in the scope, and the lost stacks (if any) last.
+    pub stacks: Vec<ShownStack>,
+    /// The sum of all of them.
+    pub total: StackCounts,
+    /// The scope's counters from the result file, to check the stacks against.
+    pub counters: Option<Stats>,
+    /// Objects whose frames could not be symbolized, and why.
+    pub problems: Vec<String>,
+    /// The uris of the process's benchmark regions that have stacks.
+    pub regions: Vec<String>,
+}
+
+impl StackProfile {
+    /// "process 123" or "benchmark URI in process 123".
+    pub fn title(&self) -> String {
+        match &self.benchmark {
+            None => format!("process {}", self.pid),
+            Some(uri) => format!("benchmark {uri} in process {}", self.pid),
+        }
+    }
+
+    /// Where the per-stack totals differ from the scope's counters (empty: exact, or no
+    /// counters to compare with).
+    pub fn mismatches(&self) -> Vec<String> {
+        let Some(stats) = &self.counters else {
+            return Vec::new();
+        };
+        let t = &self.total;
+        [
+            ("blocks allocated", t.alloc_blocks, stats.alloc_calls),
+            ("bytes allocated", t.alloc_bytes, stats.bytes_allocated),
+            ("blocks freed", t.freed_blocks, stats.free_calls),
+            ("bytes freed", t.freed_bytes, stats.bytes_freed),
+            ("blocks live at end", t.live_blocks, stats.live_blocks),
+            ("bytes live at end", t.live_bytes, stats.live_bytes),
+            ("bytes at peak", t.at_peak_bytes, stats.peak_live_bytes),
+        ]
+        .into_iter()
+        .filter(|(_, stacks, counters)| stacks != counters)
+        .map(|(what, stacks, counters)| {
+            format!("{what}: {stacks} in the stacks, {counters} in the counters")
+        })
+        .collect()
+    }
+}
+
+/// The processes that have stacks for the chosen scope, symbolized (every distinct
+/// object and address once, across all of them), and the pids left out with why.
+pub fn resolve(
+    processes: &[LoadedProcess],
+    choice: &ScopeChoice,
+) -> (Vec<StackProfile>, Vec<(u32, String)>) {
+    let mut chosen = Vec::new();
+    let mut skipped = Vec::new();
+    for p in processes {
+        let Some(stacks) = &p.stacks else {
+            skipped.push((p.process.pid, "no stacks recorded".to_string()));
+            continue;
+        };
+        let scope = match choice {
+            ScopeChoice::Process => Some((&stacks.process, Some(p.process.stats.clone()))),
+            ScopeChoice::Benchmark(uri) => stacks.region(uri).map(|scope| {
+                let counters = p.process.benchmarks.iter().find(|b| &b.uri == uri);
+                (scope, counters.map(|b| b.stats.clone()))
+            }),
+        };
+        match scope {
+            Some((scope, counters)) => chosen.push((p, stacks, scope, counters)),
+            None => skipped.push((p.process.pid, "did not run that benchmark".to_string())),
+        }
+    }
+    let wanted = chosen.iter().flat_map(|(_, stacks, scope, _)| {
+        scope.entries.iter().flat_map(move |entry| {
+            stacks.stacks[entry.stack as usize]
+                .frames
+                .iter()
+                .filter_map(move |frame| {
+                    let object = &stacks.objects[frame.object? as usize];
+                    Some((object, frame.lookup_address()))
+                })
+        })
+    });
+    let symbols = Symbols::resolve(wanted);
+    let profiles = chosen
+        .into_iter()
+        .map(|(p, stacks, scope, counters)| {
+            profile(&p.process, stacks, scope, counters, choice, &symbols)
+        })
+        .collect();
+    (profiles, skipped)
+}
+
+fn profile(
+    process: &TrackedProcess,
+    stacks: &ProcessStacks,
+    scope: &ScopeStacks,
+    counters: Option<Stats>,
+    choice: &ScopeChoice,
+    symbols: &Symbols,
+) -> StackProfile {
+    let mut shown: Vec<ShownStack> = scope
+        .entries
+        .iter()
+        .map(|entry| {
+            let stack = &stacks.stacks[entry.stack as usize];
+            let mut frames: Vec<ShownFrame> = stack
+                .frames
+                .iter()
+                .map(|frame| match frame.object {
+                    Some(object) => shown_frame(&stacks.objects[object as usize], frame, symbols),
+                    None => made_up(
+                        Place::Anonymous {
+                            address: frame.address,
+                            interrupted: frame.interrupted,
+                        },
+                        format!("{:#x}", frame.lookup_address()),
+                    ),
+                })
+                .collect();
+            match stack.end {
+                StackEnd::Complete => {}
+                StackEnd::Unknown => frames.push(marker(UNKNOWN_FRAME)),
+                StackEnd::Truncated => frames.push(marker(TRUNCATED_FRAME)),
+            }
+            ShownStack {
+                id: Some(entry.stack),
+                frames,
+                counts: entry.counts.clone(),
+            }
+        })
+        .collect();
+    if !scope.lost.is_zero() {
+        shown.push(ShownStack {
+            id: None,
+            frames: vec![marker(LOST_FRAME)],
+            counts: scope.lost.clone(),
+        });
+    }
+    let mut objects: Vec<&StackObject> = shown
+        .iter()
+        .flat_map(|s| s.frames.iter().filter_map(ShownFrame::object))
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let problems = objects
+        .into_iter()
+        .filter_map(|o| symbols.status(o).and_then(|status| status.problem(o)))
+        .collect();
+    StackProfile {
+        pid: process.pid,
+        command: process.command.clone(),
+        benchmark: match choice {
+            ScopeChoice::Process => None,
+            ScopeChoice::Benchmark(uri) => Some(uri.clone()),
+        },
+        started_unix_ms: process.started_unix_ms,
+        start_ns: scope.start_ns,
+        end_ns: scope.end_ns,
+        peak_ns: scope.peak_ns,
+        depth_limit: stacks.depth_limit,
+        stacks: shown,
+        total: scope.total(),
+        counters,
+        problems,
+        regions: stacks.regions.iter().map(|r| r.uri.clone()).collect(),
+    }
+}
+
+fn shown_frame(object: &StackObject, frame: &Frame, symbols: &Symbols) -> ShownFrame {
+    let place = Place::Object {
+        object: object.clone(),
+        address: frame.address,
+        interrupted: frame.interrupted,
+    };
+    let address = frame.lookup_address();
+    let logical = symbols.frames(object, address);
+    if logical.is_empty() {
+        let name = object.path.file_name().map_or_else(
+            || object.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        made_up(place, format!("{name}+{address:#x}"))
+    } else {
+        ShownFrame {
+            place,
+            logical: logical.to_vec(),
+            symbolized: true,
+        }
+    }
+}
+
+fn made_up(place: Place, name: String) -> ShownFrame {
+    ShownFrame {
+        place,
+        logical: vec![LogicalFrame {
+            function: name,
+            location: None,
+            inlined: false,
+        }],
+        symbolized: false,
+    }
+}
+
+fn marker(name: &'static str) -> ShownFrame {
+    made_up(Place::Marker(name), name.to_string())
+}

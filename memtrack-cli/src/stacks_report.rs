@@ -1,0 +1,303 @@
+//! `memtrack report --stacks DIR`: the top call stacks of each process by bytes
+//! allocated, by bytes live at the peak (t-gmax) and by bytes leaked (live at the end),
+//! readable in a terminal.
+//!
+//! Each stack is shown from the allocation outwards, and only as far as it takes to tell
+//! it apart from every other stack of the process (its shortest distinguishing frames);
+//! the frames beyond are summed up in one line of function names.
+
+use std::fmt::Write as _;
+
+use memtrack::stacks::StackCounts;
+
+use crate::{
+    report::bytes,
+    stack_profile::{ShownStack, StackProfile},
+    symbolize::LogicalFrame,
+};
+
+/// What the stacks report shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StacksOptions {
+    /// How many stacks each ranking lists.
+    pub top: usize,
+}
+
+impl Default for StacksOptions {
+    fn default() -> Self {
+        StacksOptions { top: 10 }
+    }
+}
+
+/// The three rankings: what they sort by, their heading.
+const RANKINGS: [(Metric, &str); 3] = [
+    (Metric::Allocated, "bytes allocated"),
+    (Metric::AtPeak, "bytes at peak (t-gmax)"),
+    (Metric::Leaked, "bytes leaked (live at end)"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Metric {
+    Allocated,
+    AtPeak,
+    Leaked,
+}
+
+impl Metric {
+    fn bytes(self, c: &StackCounts) -> u64 {
+        match self {
+            Metric::Allocated => c.alloc_bytes,
+            Metric::AtPeak => c.at_peak_bytes,
+            Metric::Leaked => c.live_bytes,
+        }
+    }
+}
+
+/// At most this many function names in the line summing up a stack's outer frames.
+const OUTER_NAMES: usize = 4;
+
+/// The report: for each profile its totals, whether they match the counters, the
+/// objects that could not be symbolized, then the three rankings; then the processes
+/// without stacks.
+pub fn render(
+    profiles: &[StackProfile],
+    skipped: &[(u32, String)],
+    options: StacksOptions,
+) -> String {
+    let mut out = String::new();
+    for profile in profiles {
+        render_profile(&mut out, profile, options);
+    }
+    for (pid, why) in skipped {
+        let _ = writeln!(out, "process {pid}: {why}");
+    }
+    out
+}
+
+fn counts_text(bytes_n: u64, blocks: u64) -> String {
+    let unit = if blocks == 1 { "block" } else { "blocks" };
+    format!("{} in {blocks} {unit}", bytes(bytes_n))
+}
+
+fn duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
+    let t = &p.total;
+    let _ = writeln!(out, "{}: {}", p.title(), p.command.join(" "));
+    let peak_time = p
+        .peak_ns
+        .map(|ns| {
+            format!(
+                ", {} after the start",
+                duration(ns.saturating_sub(p.start_ns))
+            )
+        })
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "  {} stacks (depth limit {}): allocated {}; at peak {}{peak_time}; live at end {}",
+        p.stacks.iter().filter(|s| s.id.is_some()).count(),
+        p.depth_limit,
+        counts_text(t.alloc_bytes, t.alloc_blocks),
+        counts_text(t.at_peak_bytes, t.at_peak_blocks),
+        counts_text(t.live_bytes, t.live_blocks),
+    );
+    if let Some(lost) = p.stacks.iter().find(|s| s.id.is_none()) {
+        let _ = writeln!(
+            out,
+            "  LOST STACKS: {} allocated without a stack (the stack map was full)",
+            counts_text(lost.counts.alloc_bytes, lost.counts.alloc_blocks)
+        );
+    }
+    let mismatches = p.mismatches();
+    if p.counters.is_some() && mismatches.is_empty() {
+        let _ = writeln!(out, "  the stacks add up exactly to the counters");
+    }
+    for m in mismatches {
+        let _ = writeln!(out, "  MISMATCH: {m}");
+    }
+    for problem in &p.problems {
+        let _ = writeln!(out, "  note: {problem}");
+    }
+    if p.benchmark.is_none() && !p.regions.is_empty() {
+        let _ = writeln!(
+            out,
+            "  benchmark regions (--benchmark URI shows one): {}",
+            p.regions.join(", ")
+        );
+    }
+    let shown = shortest_distinguishing(&p.stacks);
+    for (metric, heading) in RANKINGS {
+        let total = metric.bytes(t);
+        let mut ranked: Vec<usize> = (0..p.stacks.len())
+            .filter(|&i| metric.bytes(&p.stacks[i].counts) != 0)
+            .collect();
+        // Largest first; equal ones in stack order, so the report is reproducible.
+        ranked.sort_by_key(|&i| std::cmp::Reverse(metric.bytes(&p.stacks[i].counts)));
+        let listed = ranked.len().min(options.top);
+        let _ = writeln!(
+            out,
+            "\n  top {listed} of {} stacks by {heading}:",
+            ranked.len()
+        );
+        if ranked.is_empty() {
+            let _ = writeln!(out, "    (none)");
+        }
+        for (rank, &i) in ranked.iter().take(options.top).enumerate() {
+            let stack = &p.stacks[i];
+            let share = 100.0 * metric.bytes(&stack.counts) as f64 / total as f64;
+            render_stack(out, rank + 1, share, stack, shown[i]);
+        }
+    }
+    out.push('\n');
+}
+
+fn render_stack(out: &mut String, rank: usize, share: f64, stack: &ShownStack, shown: usize) {
+    let c = &stack.counts;
+    let _ = writeln!(
+        out,
+        "  {rank:>3}. {share:5.1}%  allocated {}, at peak {}, live at end {}",
+        counts_text(c.alloc_bytes, c.alloc_blocks),
+        counts_text(c.at_peak_bytes, c.at_peak_blocks),
+        counts_text(c.live_bytes, c.live_blocks),
+    );
+    let logical: Vec<_> = stack.logical().collect();
+    for (frame, l) in logical.iter().take(shown) {
+        let mut line = format!("         {}", frame_text(l));
+        if !frame.symbolized
+            && let Some(object) = frame.object()
+        {
+            let _ = write!(
+                line,
+                " (in {}, build id {})",
+                object.path.display(),
+                object.build_id.as_deref().unwrap_or("none")
+            );
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let rest = &logical[shown.min(logical.len())..];
+    if !rest.is_empty() {
+        let mut names: Vec<&str> = rest
+            .iter()
+            .take(OUTER_NAMES)
+            .map(|(_, l)| l.function.as_str())
+            .collect();
+        if rest.len() > OUTER_NAMES {
+            names.push("...");
+        }
+        let plural = if rest.len() == 1 { "" } else { "s" };
+        let _ = writeln!(
+            out,
+            "         + {} outer frame{plural}: {}",
+            rest.len(),
+            names.join(" < ")
+        );
+    }
+}
+
+/// `function (file:line)`, `[inlined]` when it was inlined into the next one.
+pub fn frame_text(l: &LogicalFrame) -> String {
+    let mut text = l.function.clone();
+    if let Some(location) = &l.location {
+        let _ = write!(text, " ({location})");
+    }
+    if l.inlined {
+        text.push_str(" [inlined]");
+    }
+    text
+}
+
+/// For each stack, how many of its logical frames (innermost first) it takes to tell it
+/// apart from every other stack: one more than its longest common prefix with any
+/// other, at most all of them (a stack that is the beginning of another one needs all).
+/// Frames compare by what is shown of them. Sorting puts the stacks sharing the longest
+/// prefix with a stack next to it, so the neighbours are the only ones to compare with.
+pub fn shortest_distinguishing(stacks: &[ShownStack]) -> Vec<usize> {
+    let keys: Vec<Vec<String>> = stacks
+        .iter()
+        .map(|s| s.logical().map(|(_, l)| frame_text(l)).collect())
+        .collect();
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+    let common = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let mut needed = vec![0; keys.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        let before = pos
+            .checked_sub(1)
+            .map_or(0, |p| common(&keys[i], &keys[order[p]]));
+        let after = order
+            .get(pos + 1)
+            .map_or(0, |&j| common(&keys[i], &keys[j]));
+        let shared = if keys.len() > 1 {
+            before.max(after) + 1
+        } else {
+            1
+        };
+        needed[i] = shared.min(keys[i].len());
+    }
+    needed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack_profile::{Place, ShownFrame};
+
+    fn stack(functions: &[&str], alloc_bytes: u64) -> ShownStack {
+        ShownStack {
+            id: Some(0),
+            frames: functions
+                .iter()
+                .map(|f| ShownFrame {
+                    place: Place::Marker("test"),
+                    logical: vec![LogicalFrame {
+                        function: f.to_string(),
+                        location: None,
+                        inlined: false,
+                    }],
+                    symbolized: true,
+                })
+                .collect(),
+            counts: StackCounts {
+                alloc_bytes,
+                alloc_blocks: 1,
+                ..StackCounts::default()
+            },
+        }
+    }
+
+    #[test]
+    fn distinguishing_frames_stop_where_stacks_part() {
+        let stacks = [
+            stack(&["decode", "load", "main"], 1),
+            stack(&["decode", "load_other", "main"], 1),
+            stack(&["grow", "main"], 1),
+            stack(&["decode", "load"], 1), // the beginning of the first one
+        ];
+        assert_eq!(shortest_distinguishing(&stacks), vec![3, 2, 1, 2]);
+        assert_eq!(shortest_distinguishing(&stacks[..1]), vec![1]);
+        assert_eq!(shortest_distinguishing(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn stacks_show_their_distinguishing_frames_then_the_rest_in_one_line() {
+        let mut out = String::new();
+        let s = stack(&["decode", "load", "main", "a", "b", "c", "d"], 1160);
+        render_stack(&mut out, 1, 79.45, &s, 2);
+        assert_eq!(
+            out,
+            "    1.  79.5%  allocated 1.1 KiB (1,160 B) in 1 block, at peak 0 B in 0 blocks, \
+             live at end 0 B in 0 blocks\n\
+             \x20        decode\n\
+             \x20        load\n\
+             \x20        + 5 outer frames: main < a < b < c < ...\n"
+        );
+    }
+}

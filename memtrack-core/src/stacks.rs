@@ -1,0 +1,496 @@
+//! Call stacks of allocations, aggregated per stack: the data model that the kernel side
+//! fills while a process runs and that `memtrack report --stacks` symbolizes and shows
+//! after the run (memtrack-cli: terminal view, DHAT JSON, pprof, flamegraphs).
+//!
+//! Everything needed to symbolize a stack after the process exited is recorded here
+//! while it lives: each frame is an address **inside an object file** (executable or
+//! shared library, named by path and GNU build id), not a runtime address, so neither the
+//! process's memory map nor the process itself is needed later.
+//!
+//! The shape, for one process:
+//!
+//! - [`ProcessStacks::objects`]: the object files frames point into;
+//! - [`ProcessStacks::stacks`]: every distinct stack seen, a [`StackId`] is its index;
+//! - [`ProcessStacks::process`]: per-stack counters of the whole process;
+//! - [`ProcessStacks::regions`]: the same per marked benchmark region.
+//!
+//! All counts follow memtrack's counting convention (blocks, as valgrind DHAT counts
+//! them; see [`Stats`](crate::Stats)), and a free is charged to the stack that allocated
+//! the block. The per-stack numbers of a scope plus its [`ScopeStacks::lost`] add up
+//! exactly to the scope's [`Stats`](crate::Stats).
+//!
+//! This module depends on serde alone, so that the result files can carry it.
+
+use std::{fmt, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a stack in [`ProcessStacks::stacks`].
+pub type StackId = u32;
+
+/// Index of an object in [`ProcessStacks::objects`].
+pub type ObjectId = u32;
+
+/// The stacks of one tracked process and their counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStacks {
+    /// The most frames a stack holds (the unwinder's depth limit); a stack that reached
+    /// it ends with [`StackEnd::Truncated`].
+    pub depth_limit: u32,
+    /// The object files the frames point into, recorded while the process lived.
+    pub objects: Vec<StackObject>,
+    /// Every distinct stack; a [`StackId`] is an index into this list. Two entries never
+    /// have the same frames and end.
+    pub stacks: Vec<Stack>,
+    /// Per-stack counters of the whole process (or, when benchmark regions were marked,
+    /// of all regions together, as the process's `stats` are).
+    pub process: ScopeStacks,
+    /// Per-stack counters of each marked benchmark region, in the order of the result's
+    /// `benchmarks` (empty when no region was marked).
+    #[serde(default)]
+    pub regions: Vec<RegionStacks>,
+}
+
+/// An object file (executable or shared library) that frames point into.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StackObject {
+    /// Its path as the process mapped it (`/proc/PID/maps`).
+    pub path: PathBuf,
+    /// Its GNU build id (the `NT_GNU_BUILD_ID` note), lowercase hex; `None` if it has
+    /// none. The symbolizer checks it, so a file replaced since the run is noticed.
+    pub build_id: Option<String>,
+}
+
+/// One frame of a stack: an instruction address inside an object, normally a return
+/// address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    /// The object the address is in; `None` for code outside any file-backed mapping
+    /// (JIT code, for example), whose `address` is then the runtime address.
+    pub object: Option<ObjectId>,
+    /// The address as an ELF virtual address of the object, i.e. the runtime address
+    /// minus the object's load bias (see [`elf_address`]): a return address (just after
+    /// the call instruction), unless `interrupted`.
+    pub address: u64,
+    /// `address` is the instruction a signal interrupted (the frame below a signal
+    /// handler), not a return address.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl Frame {
+    /// The frame of a return address `address` in `object`.
+    pub fn returning_to(object: Option<ObjectId>, address: u64) -> Frame {
+        Frame {
+            object,
+            address,
+            interrupted: false,
+        }
+    }
+
+    /// The address to symbolize: the call instruction's last byte (`address - 1`) for a
+    /// return address, since the return address may belong to the next line or even the
+    /// next function; `address` itself for an interrupted instruction.
+    pub fn lookup_address(&self) -> u64 {
+        if self.interrupted {
+            self.address
+        } else {
+            self.address.saturating_sub(1)
+        }
+    }
+}
+
+/// How unwinding ended after a stack's last (outermost) frame.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum StackEnd {
+    /// The outermost frame was reached (its caller is undefined by the unwind rules,
+    /// e.g. `_start` or a thread's start routine).
+    #[default]
+    Complete,
+    /// The depth limit was reached; outer frames are missing.
+    Truncated,
+    /// The last frame had no unwind information (or its caller's frame could not be
+    /// read), so its callers are unknown. Shown as an explicit `[unknown]` frame.
+    Unknown,
+}
+
+/// A distinct call stack of allocations.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Stack {
+    /// Innermost first: the first frame is the return address into the function that
+    /// called the allocation function (`malloc`, `operator new`, ...), the next one its
+    /// caller's, and so on outwards.
+    pub frames: Vec<Frame>,
+    /// How unwinding ended after the last frame.
+    pub end: StackEnd,
+}
+
+/// The per-stack counters of one scope: the whole process, or one benchmark region.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeStacks {
+    /// When the scope began, `CLOCK_MONOTONIC` ns.
+    pub start_ns: u64,
+    /// When it ended (process exit, end of the region, or when the counters were read),
+    /// `CLOCK_MONOTONIC` ns.
+    pub end_ns: u64,
+    /// When the scope's live bytes reached their highest value (its "t-gmax", the
+    /// instant the `at_peak_*` counters describe), `CLOCK_MONOTONIC` ns; `None` if no
+    /// block was ever live.
+    pub peak_ns: Option<u64>,
+    /// Every stack with at least one allocation in this scope, each once.
+    pub entries: Vec<StackEntry>,
+    /// Allocations whose stack could not be stored (the kernel's stack map was full),
+    /// with their frees: counted, never silently dropped.
+    #[serde(default)]
+    pub lost: StackCounts,
+}
+
+/// One stack's counters in a scope.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackEntry {
+    /// The stack ([`ProcessStacks::stacks`] index).
+    pub stack: StackId,
+    /// Its counters in this scope.
+    pub counts: StackCounts,
+}
+
+/// The counters of one stack (or of the lost stacks) in one scope. Sizes are requested
+/// sizes in bytes; blocks are counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackCounts {
+    /// Blocks allocated from this stack.
+    pub alloc_blocks: u64,
+    /// Bytes of those blocks.
+    pub alloc_bytes: u64,
+    /// Blocks allocated from this stack and released (by any code).
+    pub freed_blocks: u64,
+    /// Bytes of those blocks.
+    pub freed_bytes: u64,
+    /// Blocks allocated from this stack still live at the scope's end ("t-end").
+    pub live_blocks: u64,
+    /// Bytes of those blocks.
+    pub live_bytes: u64,
+    /// Blocks of this stack live at the scope's global peak ("t-gmax": the instant its
+    /// total live bytes were highest, [`ScopeStacks::peak_ns`]).
+    pub at_peak_blocks: u64,
+    /// Bytes of those blocks.
+    pub at_peak_bytes: u64,
+    /// The most bytes of this stack live at any one instant (DHAT's "max").
+    pub max_live_bytes: u64,
+    /// Blocks of this stack live at that instant.
+    pub max_live_blocks: u64,
+    /// Sum of the lifetimes of this stack's blocks (release time, or the scope's end for
+    /// blocks still live, minus allocation time), ns; `None` when not recorded.
+    #[serde(default)]
+    pub total_lifetime_ns: Option<u64>,
+}
+
+/// One benchmark region's stacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionStacks {
+    /// The benchmark's uri, as in the result's `benchmarks`.
+    pub uri: String,
+    /// Its per-stack counters (only calls made inside the region).
+    pub counters: ScopeStacks,
+}
+
+impl StackCounts {
+    /// Adds `other`'s counters to these (saturating). Maxima add too, which is what a
+    /// sum over stacks needs as an upper bound, not an exact maximum; a lifetime sum
+    /// stays known only if both are.
+    pub fn add(&mut self, other: &StackCounts) {
+        self.alloc_blocks = self.alloc_blocks.saturating_add(other.alloc_blocks);
+        self.alloc_bytes = self.alloc_bytes.saturating_add(other.alloc_bytes);
+        self.freed_blocks = self.freed_blocks.saturating_add(other.freed_blocks);
+        self.freed_bytes = self.freed_bytes.saturating_add(other.freed_bytes);
+        self.live_blocks = self.live_blocks.saturating_add(other.live_blocks);
+        self.live_bytes = self.live_bytes.saturating_add(other.live_bytes);
+        self.at_peak_blocks = self.at_peak_blocks.saturating_add(other.at_peak_blocks);
+        self.at_peak_bytes = self.at_peak_bytes.saturating_add(other.at_peak_bytes);
+        self.max_live_bytes = self.max_live_bytes.saturating_add(other.max_live_bytes);
+        self.max_live_blocks = self.max_live_blocks.saturating_add(other.max_live_blocks);
+        self.total_lifetime_ns = match (self.total_lifetime_ns, other.total_lifetime_ns) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            _ => None,
+        };
+    }
+
+    /// Whether every counter is zero.
+    pub fn is_zero(&self) -> bool {
+        let lifetime = self.total_lifetime_ns.unwrap_or(0);
+        [
+            self.alloc_blocks,
+            self.alloc_bytes,
+            self.freed_blocks,
+            self.freed_bytes,
+            self.live_blocks,
+            self.live_bytes,
+            self.at_peak_blocks,
+            self.at_peak_bytes,
+            self.max_live_bytes,
+            self.max_live_blocks,
+            lifetime,
+        ]
+        .iter()
+        .all(|&n| n == 0)
+    }
+}
+
+impl ScopeStacks {
+    /// The scope's totals: every entry plus [`lost`](Self::lost). Blocks, bytes,
+    /// frees, live at end and at peak equal the scope's `Stats`; `max_live_*` is the
+    /// sum of the per-stack maxima.
+    pub fn total(&self) -> StackCounts {
+        let mut total = self.lost.clone();
+        for entry in &self.entries {
+            total.add(&entry.counts);
+        }
+        total
+    }
+}
+
+/// What is wrong with a [`ProcessStacks`] (a reference out of range, a stack listed
+/// twice): found by [`ProcessStacks::validate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidStacks(pub String);
+
+impl fmt::Display for InvalidStacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidStacks {}
+
+impl ProcessStacks {
+    /// The scope of the benchmark region named `uri`, if there is one.
+    pub fn region(&self, uri: &str) -> Option<&ScopeStacks> {
+        self.regions
+            .iter()
+            .find(|r| r.uri == uri)
+            .map(|r| &r.counters)
+    }
+
+    /// Checks that every reference points at something: frames at objects, entries at
+    /// stacks, each stack at most once per scope, and no stack listed twice.
+    pub fn validate(&self) -> Result<(), InvalidStacks> {
+        for (id, stack) in self.stacks.iter().enumerate() {
+            for (depth, frame) in stack.frames.iter().enumerate() {
+                if let Some(object) = frame.object
+                    && object as usize >= self.objects.len()
+                {
+                    return Err(InvalidStacks(format!(
+                        "stack {id}, frame {depth}: object {object} does not exist \
+                         ({} objects)",
+                        self.objects.len()
+                    )));
+                }
+            }
+        }
+        let mut sorted: Vec<(&Stack, usize)> = self
+            .stacks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s, i))
+            .collect();
+        sorted.sort();
+        for pair in sorted.windows(2) {
+            if pair[0].0 == pair[1].0 {
+                return Err(InvalidStacks(format!(
+                    "stacks {} and {} are the same stack",
+                    pair[0].1, pair[1].1
+                )));
+            }
+        }
+        let scopes = std::iter::once(("the process".to_string(), &self.process)).chain(
+            self.regions
+                .iter()
+                .map(|r| (format!("region {:?}", r.uri), &r.counters)),
+        );
+        for (name, scope) in scopes {
+            let mut seen = vec![false; self.stacks.len()];
+            for entry in &scope.entries {
+                let Some(slot) = seen.get_mut(entry.stack as usize) else {
+                    return Err(InvalidStacks(format!(
+                        "{name}: stack {} does not exist ({} stacks)",
+                        entry.stack,
+                        self.stacks.len()
+                    )));
+                };
+                if std::mem::replace(slot, true) {
+                    return Err(InvalidStacks(format!(
+                        "{name}: stack {} is listed twice",
+                        entry.stack
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ELF virtual address of a runtime address `addr` inside a mapping of an object:
+/// the mapping starts at `map_start` with file offset `map_offset` (`/proc/PID/maps`),
+/// and comes from the `PT_LOAD` segment with file offset `segment_offset` and virtual
+/// address `segment_vaddr`. That is `addr - map_start + map_offset - segment_offset +
+/// segment_vaddr` (wrapping, as addresses do).
+pub fn elf_address(
+    addr: u64,
+    map_start: u64,
+    map_offset: u64,
+    segment_offset: u64,
+    segment_vaddr: u64,
+) -> u64 {
+    addr.wrapping_sub(map_start)
+        .wrapping_add(map_offset)
+        .wrapping_sub(segment_offset)
+        .wrapping_add(segment_vaddr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(alloc_blocks: u64, alloc_bytes: u64) -> StackCounts {
+        StackCounts {
+            alloc_blocks,
+            alloc_bytes,
+            total_lifetime_ns: Some(5),
+            ..StackCounts::default()
+        }
+    }
+
+    fn sample() -> ProcessStacks {
+        let frame = |object, address| Frame::returning_to(Some(object), address);
+        ProcessStacks {
+            depth_limit: 64,
+            objects: vec![StackObject {
+                path: "/bin/prog".into(),
+                build_id: Some("ab12".into()),
+            }],
+            stacks: vec![
+                Stack {
+                    frames: vec![frame(0, 0x11c9), frame(0, 0x1201)],
+                    end: StackEnd::Complete,
+                },
+                Stack {
+                    frames: vec![frame(0, 0x11c9)],
+                    end: StackEnd::Unknown,
+                },
+            ],
+            process: ScopeStacks {
+                start_ns: 1,
+                end_ns: 9,
+                peak_ns: Some(4),
+                entries: vec![
+                    StackEntry {
+                        stack: 0,
+                        counts: counts(10, 1160),
+                    },
+                    StackEntry {
+                        stack: 1,
+                        counts: counts(3, 300),
+                    },
+                ],
+                lost: StackCounts {
+                    alloc_blocks: 1,
+                    alloc_bytes: 7,
+                    ..StackCounts::default()
+                },
+            },
+            regions: vec![],
+        }
+    }
+
+    #[test]
+    fn totals_add_entries_and_lost() {
+        let total = sample().process.total();
+        assert_eq!((total.alloc_blocks, total.alloc_bytes), (14, 1467));
+        // The lost counters have no lifetimes, so the sum has none either.
+        assert_eq!(total.total_lifetime_ns, None);
+        let mut two = counts(1, 2);
+        two.add(&counts(3, 4));
+        assert_eq!((two.alloc_blocks, two.alloc_bytes), (4, 6));
+        assert_eq!(two.total_lifetime_ns, Some(10));
+        assert!(StackCounts::default().is_zero());
+        assert!(!counts(0, 0).is_zero());
+    }
+
+    #[test]
+    fn validate_finds_every_bad_reference() {
+        assert_eq!(sample().validate(), Ok(()));
+        let mut bad = sample();
+        bad.stacks[1].frames[0].object = Some(3);
+        assert_eq!(
+            bad.validate().unwrap_err().0,
+            "stack 1, frame 0: object 3 does not exist (1 objects)"
+        );
+        let mut bad = sample();
+        bad.stacks[1] = bad.stacks[0].clone();
+        assert_eq!(
+            bad.validate().unwrap_err().0,
+            "stacks 0 and 1 are the same stack"
+        );
+        let mut bad = sample();
+        bad.process.entries[1].stack = 2;
+        assert_eq!(
+            bad.validate().unwrap_err().0,
+            "the process: stack 2 does not exist (2 stacks)"
+        );
+        let mut bad = sample();
+        bad.regions.push(RegionStacks {
+            uri: "b".into(),
+            counters: ScopeStacks {
+                entries: vec![StackEntry::default(), StackEntry::default()],
+                ..ScopeStacks::default()
+            },
+        });
+        assert_eq!(
+            bad.validate().unwrap_err().0,
+            "region \"b\": stack 0 is listed twice"
+        );
+    }
+
+    #[test]
+    fn return_addresses_are_looked_up_at_the_call() {
+        assert_eq!(
+            Frame::returning_to(Some(0), 0x11c9).lookup_address(),
+            0x11c8
+        );
+        let interrupted = Frame {
+            interrupted: true,
+            ..Frame::returning_to(None, 0x11c9)
+        };
+        assert_eq!(interrupted.lookup_address(), 0x11c9);
+        assert_eq!(Frame::returning_to(None, 0).lookup_address(), 0);
+    }
+
+    #[test]
+    fn elf_address_removes_the_load_bias() {
+        // A PIE's text segment: p_offset 0x1000, p_vaddr 0x1000, mapped at
+        // 0x5555_5555_5000 from file offset 0x1000.
+        assert_eq!(
+            elf_address(0x5555_5555_51c9, 0x5555_5555_5000, 0x1000, 0x1000, 0x1000),
+            0x11c9
+        );
+        // A non-PIE executable: vaddr 0x401000 mapped at 0x401000 from offset 0x1000.
+        assert_eq!(
+            elf_address(0x4011c9, 0x401000, 0x1000, 0x1000, 0x401000),
+            0x4011c9
+        );
+        // A segment whose vaddr and offset differ (libc's text: offset 0x26000,
+        // vaddr 0x27000), mapped at 0x7f00_0002_6000 from offset 0x26000.
+        assert_eq!(
+            elf_address(
+                0x7f00_0002_6010,
+                0x7f00_0002_6000,
+                0x26000,
+                0x26000,
+                0x27000
+            ),
+            0x27010
+        );
+    }
+}
