@@ -41,6 +41,7 @@ mod bounded_read;
 mod detach;
 mod error;
 mod follow;
+mod hold;
 mod ld_hook;
 mod loader;
 mod output_dir;

@@ -124,6 +124,7 @@ impl TrackerBuilder {
     /// process it starts is followed and tracked with its own counters. Counting starts
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
+        crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
         ProcessTracker::follow(shared, Root::Spawn(command.into()))
     }
@@ -141,6 +142,7 @@ impl TrackerBuilder {
                 "attach_pid cannot track the calling process; use Tracker::new",
             ));
         }
+        crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
         ProcessTracker::follow(shared, Root::Attach(pid))
     }

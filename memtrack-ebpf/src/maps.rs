@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
-    TrackState, global,
+    TrackState, global, ld_hook,
 };
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
@@ -45,3 +45,15 @@ pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);
 /// pid_tgid -> the last pointer that thread released (see `account::release`).
 #[map]
 pub static FREE_MARK: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+
+/// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
+/// deletes the entry when the thread stops with that signal. Preallocated: the hook
+/// inserts into it.
+#[map]
+pub static LD_HOOK_STOPS: HashMap<u32, u32> = HashMap::with_max_entries(ld_hook::MAX_STOPS, 0);
+
+/// tgid -> times the loader hook fired in the process without stopping the thread
+/// (ld_hook.rs). Inserted (zeroed) by user space when it hooks a process.
+#[map]
+pub static LD_HOOK_MISSES: HashMap<u32, u64> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
