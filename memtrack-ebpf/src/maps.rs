@@ -4,7 +4,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap},
+    maps::{Array, HashMap, LruHashMap},
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
@@ -42,9 +42,31 @@ pub static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(MAX_PENDIN
 #[map]
 pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);
 
-/// pid_tgid -> the last pointer that thread released (see `account::release`).
+/// pid_tgid -> the last release that thread made (see `account::release`). LRU: an
+/// entry outlives its thread (nothing removes it at thread exit), so a plain hash map
+/// would fill after that many threads had released something, and every forwarded
+/// release after that would count twice. The least recently written entries are those
+/// of threads that ended or released nothing for longest; a mark is read right after it
+/// is written (the forward happens within the same release), so evicting it would take
+/// that many other threads' releases in between.
 #[map]
-pub static FREE_MARK: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+pub static FREE_MARK: LruHashMap<u64, FreeMark> =
+    LruHashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+
+/// A thread's last release: the pointer, the free-like function's counter slot, and the
+/// stack pointer at that function's entry (bytes, an address).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FreeMark {
+    /// The released pointer.
+    pub ptr: u64,
+    /// Counter slot of the function that released it (`memtrack_common::cookie::func`).
+    pub func: u32,
+    /// Unused; keeps `entry_sp` aligned.
+    pub _pad: u32,
+    /// Stack pointer at the function's entry.
+    pub entry_sp: u64,
+}
 
 /// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
 /// deletes the entry when the thread stops with that signal. Preallocated: the hook

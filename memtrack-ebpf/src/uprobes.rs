@@ -288,7 +288,7 @@ fn free_entry(ctx: &ProbeContext, c: &Call) -> u32 {
         // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).
         account::count_call(stats, c.func);
     } else {
-        account::release(stats, tgid, c.pid_tgid, c.func, ptr);
+        account::release(stats, tgid, c.pid_tgid, c.func, ptr, c.entry_sp);
     }
     0
 }
