@@ -298,14 +298,7 @@ pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
 /// free: a double free (`free(p); free(p)` is the same function again), and glibc's
 /// per-thread cache releasing, at thread exit, the chunk the thread released last.
 #[inline(always)]
-pub fn release(
-    stats: *mut PidStats,
-    tgid: u32,
-    pid_tgid: u64,
-    func: u32,
-    ptr: u64,
-    entry_sp: u64,
-) {
+pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u64, entry_sp: u64) {
     let mark = FreeMark {
         ptr,
         func,
