@@ -41,6 +41,7 @@ mod bounded_read;
 mod detach;
 mod error;
 mod follow;
+mod kernel_stacks;
 mod ld_hook;
 mod loader;
 mod output_dir;

@@ -92,7 +92,14 @@ impl ProcessTracker {
         self.shared.reset_live()
     }
 
+    /// The per-stack counters of process `pid` (a tracked process, running or ended);
+    /// `None` unless built with [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks).
+    pub fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
+        self.shared.engine.lock().stacks(pid)
+    }
+
     /// The probes attached to the root process (what was measured).
+
     pub fn probes(&self) -> Vec<ProbeInfo> {
         self.shared.probes(self.pid)
     }
