@@ -188,7 +188,7 @@ impl Engine {
         let mut loader = EbpfLoader::new();
         let depth = stacks.unwrap_or(0);
         if stacks.is_some() {
-            loader.set_global(memtrack_common::stacks::DEPTH_GLOBAL, &depth, true);
+            loader.override_global(memtrack_common::stacks::DEPTH_GLOBAL, &depth, true);
         }
         // The programs need no CO-RE relocations (a test checks), so aya need not
         // parse the kernel's BTF: that takes 20-90 ms here.

@@ -99,7 +99,6 @@ impl ProcessTracker {
     }
 
     /// The probes attached to the root process (what was measured).
-
     pub fn probes(&self) -> Vec<ProbeInfo> {
         self.shared.probes(self.pid)
     }
