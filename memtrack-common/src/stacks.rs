@@ -17,7 +17,7 @@ pub const MAX_STACK_DEPTH: usize = 64;
 /// program walking more frames exceeds the verifier's budget of 1,000,000 processed
 /// instructions (measured at 64 on Linux 6.18); deeper stacks need the walk split over
 /// tail calls. At most [`MAX_STACK_DEPTH`].
-pub const MAX_UNWIND_DEPTH: u32 = 8;
+pub const MAX_UNWIND_DEPTH: u32 = 16;
 
 /// Most executable mappings of one process the unwinder knows (more are left out and
 /// their frames end stacks as not mapped, counted as unknown ends).

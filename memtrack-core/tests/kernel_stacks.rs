@@ -79,7 +79,7 @@ fn call_tree_stacks_and_counts_are_exact() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
     let tracker = Tracker::builder()
-        .stacks(8)
+        .stacks(16)
         .spawn(CommandSpec::new(&exe))
         .unwrap();
     let status = tracker.wait().unwrap();
@@ -141,7 +141,7 @@ fn call_tree_stacks_and_counts_are_exact() {
     assert_eq!(total.freed_blocks, stats.free_calls);
     assert_eq!(total.freed_bytes, stats.bytes_freed);
     assert_eq!(total.at_peak_bytes, stats.peak_live_bytes);
-    assert_eq!(stacks.depth_limit, 8);
+    assert_eq!(stacks.depth_limit, 16);
     assert!(
         stacks.objects.iter().any(|o| o.build_id.is_some()),
         "{:#?}",
