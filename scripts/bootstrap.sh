@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what memtrack's build and tests need on a fresh Debian 12
 # machine with Rust (rustup, stable):
-#   - apt: C/C++ toolchain and the allocator libraries the test fixtures use, and
-#     valgrind (the stacks exports are checked against its DHAT output)
+#   - apt: C/C++ toolchain and the allocator libraries the test fixtures use; valgrind
+#     (the stacks exports are checked against its DHAT output); setpriv (util-linux) and
+#     setcap (libcap2-bin) for the tests run as user nobody
 # With --ebpf, also what rebuilding the shipped eBPF object needs (scripts/build-ebpf.sh;
 # nobody else needs it: the object ships compiled; docs/ebpf-toolchain.md says why each
 # piece is what it is):
@@ -39,7 +40,7 @@ need_root() {
 apt_packages=(
     build-essential gcc g++ pkg-config
     libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
-    util-linux valgrind
+    util-linux libcap2-bin valgrind
 )
 if [ "$ebpf" -eq 1 ]; then
     apt_packages+=("llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev)

@@ -11,4 +11,4 @@ cargo build --release --locked -p memtrack-cli --bin memtrack
 mkdir -p target/demo
 gcc -O0 -fno-builtin -o target/demo/workload examples/demo/workload.c
 echo "== memtrack run -- target/demo/workload" >&2
-./target/release/memtrack run -o target/demo/results -- target/demo/workload
+./target/release/memtrack run --replace -o target/demo/results -- target/demo/workload

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN};
+use crate::layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 use crate::message::{Command, IntegrationMode, Marker, PROTOCOL_VERSION, Reply};
-use crate::runner::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 use crate::sys;
 
 /// Default time one exchange (lock, write, reply) may take before giving up (5 s).

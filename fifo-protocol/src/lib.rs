@@ -104,6 +104,7 @@ mod client;
 mod clock;
 mod error;
 pub mod frame;
+mod layout;
 mod log_summary;
 mod markers;
 mod message;
@@ -115,6 +116,7 @@ pub use client::{DEFAULT_TIMEOUT, FifoClient};
 pub use clock::now_ns;
 pub use error::{Error, Result};
 pub use frame::{HEADER_LEN, MAX_FRAME_LEN, decode_frame, encode_frame};
+pub use layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 pub use log_summary::LogSummary;
 pub use markers::{
     BenchmarkSpan, IntegrationInfo, MARKER_RESULT_FILE_NAME, MARKER_RESULT_SCHEMA_VERSION,
@@ -124,6 +126,6 @@ pub use message::{
     Command, IntegrationMode, MIN_SUPPORTED_VERSION, Marker, PROTOCOL_VERSION, Reply,
 };
 pub use runner::{
-    ACK_FIFO_NAME, CONTROL_FIFO_NAME, DEFAULT_PARTIAL_FRAME_TIMEOUT, FIFO_DIR_ENV, FifoRunner,
-    Handler, RunnerThread, SharedHandling, ShutdownHandle,
+    DEFAULT_PARTIAL_FRAME_TIMEOUT, FifoRunner, Handler, RunnerThread, SharedHandling,
+    ShutdownHandle,
 };

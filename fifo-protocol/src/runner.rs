@@ -25,19 +25,10 @@ use std::time::{Duration, Instant};
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN, MAX_FRAME_LEN, SyncSearch};
+use crate::layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 use crate::markers::{IntegrationInfo, MarkerEntry, MarkerResult};
 use crate::message::{Command, IntegrationMode, MIN_SUPPORTED_VERSION, PROTOCOL_VERSION, Reply};
 use crate::sys;
-
-/// Environment variable through which the runner hands the FIFO directory's absolute path
-/// to the command it runs.
-pub const FIFO_DIR_ENV: &str = "MEMTRACK_FIFO_DIR";
-
-/// File name, inside the FIFO directory, of the FIFO the integration writes commands to.
-pub const CONTROL_FIFO_NAME: &str = "control.fifo";
-
-/// File name, inside the FIFO directory, of the FIFO the runner writes replies to.
-pub const ACK_FIFO_NAME: &str = "ack.fifo";
 
 /// How long, by default, a partially received frame may sit without new bytes before the
 /// runner drops it and answers [`Reply::Err`] (1 s). Bytes the runner keeps because they

@@ -31,7 +31,7 @@ use rustix::{
     io::Errno,
 };
 
-use crate::runner::{ACK_FIFO_NAME, CONTROL_FIFO_NAME};
+use crate::layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME};
 
 /// What every FIFO directory's name starts with.
 pub(crate) const PREFIX: &str = "memtrack-fifo-";

@@ -31,6 +31,22 @@ pub enum Error {
         reason: String,
     },
 
+    /// The results directory holds the results of an earlier run (and `--replace` was
+    /// not given): the reports would mix both runs.
+    #[error(
+        "results directory {} already holds the results of an earlier run ({count} files, \
+         {first} first): give a new directory, or --replace to remove them first",
+        .dir.display()
+    )]
+    EarlierResults {
+        /// The directory.
+        dir: PathBuf,
+        /// How many files of memtrack's it holds.
+        count: usize,
+        /// The first of them, by name.
+        first: String,
+    },
+
     /// Writing a result file or an export failed.
     #[error("writing {path}: {source}")]
     Write {

@@ -6,8 +6,12 @@
 //! `memtrack report DIR` prints saved results again. This library is what the binary
 //! calls, public so that tests and tools can run the same code:
 //!
-//! - [`runner`]: run a command under the tracker with the FIFO server, write the results;
+//! - [`runner`]: run a command under the tracker with the FIFO server, write the results
+//!   ([`output`]: a results directory holding an earlier run's);
 //! - [`report`]: the human and JSON reports;
+//! - [`limits`]: `--limit`, per-benchmark bounds on [`counter`]s;
+//! - [`diff`]: `memtrack diff`, two runs compared;
+//! - [`exit_code`]: every exit code of the binary.
 //! - [`stack_profile`], [`symbolize`], [`stacks_report`], [`export`]: the allocation
 //!   call stacks after the run (`memtrack report --stacks`): symbolization, the terminal
 //!   view, and the DHAT, pprof and flamegraph exports.
@@ -17,8 +21,13 @@
 
 #![warn(missing_docs)]
 
+pub mod counter;
+pub mod diff;
 mod error;
+pub mod exit_code;
 pub mod export;
+pub mod limits;
+pub mod output;
 pub mod report;
 pub mod runner;
 pub mod stack_profile;

@@ -1,25 +1,34 @@
-//! `memtrack`: track a command's heap exactly, or print saved results.
+//! `memtrack`: track a command's heap exactly, print saved results, compare two runs.
 //!
 //! ```text
-//! memtrack run [-o DIR] [--json] [--probes] [--max-live-blocks N] [--no-syscalls] -- CMD [ARGS...]
-//! memtrack report DIR [--json] [--probes]
+//! memtrack run [-o DIR [--replace]] [--json FILE|-] [--probes] [--max-live-blocks N]
+//!              [--no-syscalls] [--limit LIMIT]... [--limits FILE] [--fail-on-lost] -- CMD [ARGS...]
+//! memtrack report DIR [--json] [--probes] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
 //! memtrack report --stacks DIR [--top N] [--benchmark URI] [--dhat FILE] [--pprof FILE]
 //!                 [--flamegraph-dir DIR]
+//! memtrack diff BASE NEW [--counter LIST] [--max-increase PCT] [--markdown FILE]
 //! ```
-//! Progress and errors go to stderr; the report (text or JSON) to stdout. `run` exits
-//! with the command's own exit code (128 + signal if a signal killed it), 127 if the
-//! command was not found, and 2 for memtrack's own errors (a results directory that
-//! cannot take the results among them, found before the command starts). `report` exits
-//! 0 when it read every result file in the directory, and 2 when the directory holds
-//! none it can read, or when it refused some (each is named on stderr with the reason;
-//! the others are reported).
+//!
+//! `run` keeps the command's stdout the command's: its human report and progress go to
+//! stderr, its JSON report to a file (`--json FILE`), or to stdout with `--json -`, and
+//! then the command's stdout goes to stderr too. `report` and `diff` print on stdout,
+//! errors on stderr. The exit codes are [`memtrack_cli::exit_code`]'s (`--help` lists
+//! them).
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
-use clap::{Parser, Subcommand};
-use memtrack::{CommandSpec, RunResults};
+use clap::{Args, Parser, Subcommand};
+use memtrack::{CommandSpec, MemtrackResult, OutputDir, ResultTree, TrackedProcess};
 use memtrack_cli::{
-    Error, export,
+    Error,
+    counter::Counter,
+    diff::{self, DiffOptions, MaxIncrease},
+    exit_code::{self, COMMAND_NOT_FOUND, MEMTRACK_FAILED, Outcome},
+    export,
+    limits::{self, DirResults, Limit},
     report::{self, TextOptions},
     runner::RunOptions,
     stack_profile::{self, ScopeChoice},
@@ -30,23 +39,52 @@ use memtrack_cli::{
 #[command(
     name = "memtrack",
     version,
-    about = "Exact heap memory tracking for Linux, counted in the kernel with eBPF"
+    about = "Exact heap memory tracking for Linux, counted in the kernel with eBPF",
+    after_help = exit_code::HELP
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+/// What `run` and `report` check in the results besides printing them.
+#[derive(Args)]
+struct Checks {
+    /// A limit on a counter of the benchmarks whose uri matches a glob,
+    /// `URI_GLOB:COUNTER<=VALUE` (e.g. '*:peak_live_bytes<=1MiB'), or of whole processes,
+    /// `process:CMD_GLOB:COUNTER<=VALUE`; repeatable. Exceeded: exit 203. A limit that
+    /// matches nothing: exit 201.
+    #[arg(long = "limit", value_name = "LIMIT")]
+    limits: Vec<Limit>,
+    /// Limits from a file, one per line as for --limit (# starts a comment line).
+    #[arg(long = "limits", value_name = "FILE")]
+    limits_file: Option<PathBuf>,
+    /// Exit 202 when events were lost (some numbers are not exact), unless a failing
+    /// command or an exceeded limit decides the exit code.
+    #[arg(long)]
+    fail_on_lost: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a command and track the heap of it and every process it starts.
+    ///
+    /// The command's stdout stays the command's: memtrack's report and progress go to
+    /// stderr, the JSON report to --json FILE.
+    #[command(after_help = exit_code::HELP)]
     Run {
-        /// Directory for the result files (default: a new directory, printed).
+        /// Directory for the result files (default: a new directory, printed). One that
+        /// holds results of an earlier run is refused, unless --replace.
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Print one JSON object on stdout instead of the human report.
-        #[arg(long)]
-        json: bool,
+        /// Remove the result files of an earlier run from the -o directory first (only
+        /// memtrack's own: *.MemtrackResult.msgpack and MarkerResult.msgpack).
+        #[arg(long, requires = "output")]
+        replace: bool,
+        /// Write the JSON report to FILE (mode 0600), or with `-` to stdout; with `-`,
+        /// the command's own stdout goes to stderr, so stdout holds the JSON alone.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
@@ -63,14 +101,20 @@ enum Command {
         /// call on the machine while the command runs (about 27 ns each here).
         #[arg(long)]
         no_syscalls: bool,
+        #[command(flatten)]
+        checks: Checks,
         /// The command and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<std::ffi::OsString>,
     },
-    /// Print the results saved in a directory by `memtrack run`.
+    /// Print the results saved in a directory and the directories below it.
     ///
-    /// Reads the regular `*.MemtrackResult.msgpack` files of at most 64 MiB; symbolic
-    /// links, FIFOs, devices and larger files are refused unread and named on stderr.
+    /// Reads the regular `*.MemtrackResult.msgpack` files of at most 64 MiB in DIR and
+    /// up to 16 levels below it (e.g. target/memtrack, where the benchmark integrations
+    /// save theirs), each directory's under its path relative to DIR. Symbolic links are
+    /// not followed; FIFOs, devices and larger files are refused unread and named on
+    /// stderr. No results at all: exit 201.
+    #[command(after_help = exit_code::HELP)]
     Report {
         /// The results directory.
         dir: PathBuf,
@@ -80,6 +124,8 @@ enum Command {
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
+        #[command(flatten)]
+        checks: Checks,
         /// Show where the memory goes: the top allocation call stacks of each process
         /// by bytes allocated, at peak and leaked, symbolized.
         #[arg(long, conflicts_with_all = ["json", "probes"])]
@@ -101,6 +147,31 @@ enum Command {
         #[arg(long, value_name = "DIR", requires = "stacks")]
         flamegraph_dir: Option<PathBuf>,
     },
+    /// Compare the results of two runs: per process, per benchmark, per counter.
+    ///
+    /// Both directories are read as `memtrack report` reads them (recursively).
+    /// Processes are matched by command line and position, benchmarks by uri; each
+    /// counter is shown in both runs with its absolute and relative change.
+    #[command(after_help = exit_code::HELP)]
+    Diff {
+        /// The results of the run compared against (e.g. the main branch's).
+        base: PathBuf,
+        /// The results of the new run.
+        new: PathBuf,
+        /// The counters compared and checked, comma-separated (default
+        /// alloc_calls,bytes_allocated,peak_live_bytes; also free_calls, bytes_freed,
+        /// live_blocks, live_bytes, failed_allocs, unmatched_frees, lost_events).
+        #[arg(long, value_name = "LIST", value_parser = parse_counters)]
+        counter: Option<Counters>,
+        /// The largest increase allowed for each counter compared, in percent (e.g. 5%,
+        /// 0%); above it in any process or benchmark: exit 203. Any increase from 0 is
+        /// above it.
+        #[arg(long, value_name = "PERCENT")]
+        max_increase: Option<MaxIncrease>,
+        /// Append the comparison as Markdown to FILE (e.g. "$GITHUB_STEP_SUMMARY").
+        #[arg(long, value_name = "FILE")]
+        markdown: Option<PathBuf>,
+    },
 }
 
 /// What `memtrack report --stacks` shows and writes.
@@ -112,20 +183,50 @@ struct StacksRequest {
     flamegraph_dir: Option<PathBuf>,
 }
 
-/// Exit code for memtrack's own failures (not the command's).
-const MEMTRACK_FAILURE: u8 = 2;
+/// The counters of `diff --counter` (one value, a comma-separated list).
+#[derive(Clone)]
+struct Counters(Vec<Counter>);
+
+fn parse_counters(list: &str) -> Result<Counters, String> {
+    Counter::parse_list(list).map(Counters)
+}
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // A usage error is memtrack's failure (not a command's exit 2); --help and
+            // --version are not errors.
+            return ExitCode::from(if e.use_stderr() {
+                MEMTRACK_FAILED
+            } else {
+                exit_code::SUCCESS
+            });
+        }
+    };
+    let code = match cli.command {
         Command::Run {
             output,
+            replace,
             json,
             probes,
             max_live_blocks,
             no_syscalls,
+            checks,
             cmd,
-        } => run(output, json, probes, max_live_blocks, no_syscalls, cmd),
+        } => {
+            let options = RunOptions {
+                output,
+                // Started through sudo: the command, and its results, are the invoking
+                // user's.
+                run_as: memtrack::sudo_invoker(),
+                max_live_blocks,
+                no_syscalls,
+                replace,
+            };
+            run(options, json.as_deref(), probes, &checks, cmd)
+        }
         Command::Report {
             dir,
             stacks: true,
@@ -143,75 +244,303 @@ fn main() -> ExitCode {
                 pprof,
                 flamegraph_dir,
             };
-            match report_stacks(&dir, &request) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("memtrack: {e}");
-                    ExitCode::from(MEMTRACK_FAILURE)
-                }
-            }
+            report_stacks(&dir, &request)
+                .map(|()| exit_code::SUCCESS)
+                .map_err(|e| e.to_string())
         }
         Command::Report {
-            dir, json, probes, ..
-        } => report(&dir, json, probes),
+            dir,
+            json,
+            probes,
+            checks,
+            ..
+        } => report(&dir, json, probes, &checks),
+        Command::Diff {
+            base,
+            new,
+            counter,
+            max_increase,
+            markdown,
+        } => {
+            let options = DiffOptions {
+                counters: counter.map_or_else(|| Counter::DEFAULT_DIFF.to_vec(), |c| c.0),
+                max_increase,
+            };
+            diff(&base, &new, &options, markdown.as_deref())
+        }
+    };
+    ExitCode::from(code.unwrap_or_else(|message| {
+        eprintln!("memtrack: {message}");
+        MEMTRACK_FAILED
+    }))
+}
+
+/// The limits of `--limit` and `--limits FILE`.
+fn all_limits(checks: &Checks) -> Result<Vec<Limit>, String> {
+    let mut limits = checks.limits.clone();
+    if let Some(file) = &checks.limits_file {
+        limits.extend(limits::read_file(file)?);
     }
+    Ok(limits)
+}
+
+/// Checks limits and lost events in `dirs`, saying on stderr what it found: the
+/// outcome for a command that exited `command`, or an error for a limit that matches
+/// nothing.
+fn check(
+    checks: &Checks,
+    limits: &[Limit],
+    dirs: &[DirResults],
+    unattributed_lost: u64,
+    command: u8,
+) -> Result<u8, String> {
+    let lost: u64 = dirs
+        .iter()
+        .flat_map(|(_, processes)| processes.iter())
+        .map(|p| p.stats.lost_events)
+        .sum::<u64>()
+        + unattributed_lost;
+    if lost != 0 {
+        eprintln!("memtrack: {lost} event(s) lost: some numbers are not exact");
+    }
+    let checked = limits::check(limits, dirs);
+    for line in &checked.exceeded {
+        eprintln!("memtrack: limit exceeded: {line}");
+    }
+    if !checked.unmatched.is_empty() {
+        return Err(checked.unmatched.join("; "));
+    }
+    if !limits.is_empty() && checked.exceeded.is_empty() {
+        eprintln!(
+            "memtrack: {} limit(s) held ({} checks)",
+            limits.len(),
+            checked.checks
+        );
+    }
+    Ok(Outcome {
+        command,
+        limit_exceeded: !checked.exceeded.is_empty(),
+        lost_is_failure: checks.fail_on_lost && lost != 0,
+    }
+    .code())
+}
+
+/// Where `--json` goes.
+enum JsonOut {
+    Stdout,
+    /// The file's directory, opened before the command runs, and its name there.
+    File(OutputDir, String),
+}
+
+impl JsonOut {
+    fn open(path: &Path, owner: Option<(u32, u32)>) -> Result<Self, String> {
+        if path == Path::new("-") {
+            return Ok(JsonOut::Stdout);
+        }
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("--json {}: not a file name", path.display()))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = OutputDir::open(parent, owner).map_err(|e| format!("--json: {e}"))?;
+        Ok(JsonOut::File(dir, name.to_owned()))
+    }
+
+    fn write(&self, json: &str) -> Result<(), String> {
+        match self {
+            JsonOut::Stdout => {
+                println!("{json}");
+                Ok(())
+            }
+            JsonOut::File(dir, name) => dir
+                .write_file(name, format!("{json}\n").as_bytes())
+                .map(|_| ())
+                .map_err(|e| format!("writing the JSON report: {e}")),
+        }
+    }
+}
+
+/// `memtrack run`.
+fn run(
+    options: RunOptions,
+    json: Option<&Path>,
+    probes: bool,
+    checks: &Checks,
+    cmd: Vec<std::ffi::OsString>,
+) -> Result<u8, String> {
+    let limits = all_limits(checks)?;
+    let json = json.map(|p| JsonOut::open(p, options.run_as)).transpose()?;
+    let mut argv = cmd.into_iter();
+    let program = argv.next().expect("clap requires the command");
+    let mut spec = CommandSpec::new(program).args(argv);
+    if matches!(json, Some(JsonOut::Stdout)) {
+        // stdout is the JSON report's: the command writes its own to stderr.
+        spec = spec.fd(1, 2);
+    }
+    let outcome = match memtrack_cli::runner::run(spec, &options) {
+        Ok(outcome) => outcome,
+        Err(e @ Error::Tracking(memtrack::Error::CommandNotFound { .. })) => {
+            eprintln!("memtrack: {e}");
+            return Ok(COMMAND_NOT_FOUND);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    eprintln!(
+        "memtrack: {} result file(s) and {} in {}",
+        outcome.results.processes.len(),
+        fifo_protocol::MARKER_RESULT_FILE_NAME,
+        outcome.dir.display()
+    );
+    if outcome.unattributed_lost_events != 0 {
+        eprintln!(
+            "memtrack: {} event(s) could not be attributed to a process",
+            outcome.unattributed_lost_events
+        );
+    }
+    let options = TextOptions::with_probe_sites(probes);
+    eprint!(
+        "{}",
+        report::render_text_with(&outcome.results.processes, options)
+    );
+    if let Some(json) = &json {
+        json.write(&report::render_json(&outcome.results))?;
+    }
+    let command = outcome.exit.shell_code().clamp(0, 255) as u8;
+    let dirs: [DirResults; 1] = [(Path::new(""), &outcome.results.processes)];
+    check(
+        checks,
+        &limits,
+        &dirs,
+        outcome.unattributed_lost_events,
+        command,
+    )
+}
+
+/// A tree's results, by directory.
+type Found = Vec<(PathBuf, Vec<TrackedProcess>)>;
+
+/// Reads the results in `dir` and below, naming on stderr each file or directory
+/// refused. Returns them and how many were refused; no results at all is an error.
+fn read_tree(dir: &Path) -> Result<(Found, usize), String> {
+    let tree: ResultTree = MemtrackResult::scan_tree(dir).map_err(|e| e.to_string())?;
+    for refused in &tree.refused {
+        eprintln!("memtrack: skipped {refused}");
+    }
+    if tree.dirs.is_empty() {
+        let below = match tree.dirs_searched {
+            1 => String::new(),
+            n => format!(" nor do the {} directories below it", n - 1),
+        };
+        return Err(if tree.refused.is_empty() {
+            format!(
+                "{} holds no result files (*{}){below}: nothing to report",
+                dir.display(),
+                memtrack::RESULT_FILE_SUFFIX
+            )
+        } else {
+            format!(
+                "none of the {} result file(s) in {} could be read: nothing to report",
+                tree.refused.len(),
+                dir.display()
+            )
+        });
+    }
+    let refused = tree.refused.len();
+    let found = tree
+        .dirs
+        .into_iter()
+        .map(|d| {
+            let processes = d.results.into_iter().map(|r| r.process).collect();
+            (d.relative, processes)
+        })
+        .collect();
+    Ok((found, refused))
+}
+
+fn as_dir_results(found: &Found) -> Vec<DirResults<'_>> {
+    found
+        .iter()
+        .map(|(dir, processes)| (dir.as_path(), processes.as_slice()))
+        .collect()
 }
 
 /// `memtrack report DIR`: reports what can be read, names on stderr what was refused.
-fn report(dir: &std::path::Path, json: bool, probes: bool) -> ExitCode {
-    let scan = match memtrack::MemtrackResult::scan_dir(dir) {
-        Ok(scan) => scan,
-        Err(e) => {
-            eprintln!("memtrack: {e}");
-            return ExitCode::from(MEMTRACK_FAILURE);
-        }
-    };
-    for refused in &scan.refused {
-        eprintln!("memtrack: skipped {refused}");
-    }
-    if scan.results.is_empty() {
-        if scan.refused.is_empty() {
-            eprintln!(
-                "memtrack: {} holds no result files (*{}): nothing to report",
-                dir.display(),
-                memtrack::RESULT_FILE_SUFFIX
-            );
-        } else {
-            eprintln!(
-                "memtrack: none of the {} result file(s) in {} could be read: nothing to \
-                 report",
-                scan.refused.len(),
-                dir.display()
-            );
-        }
-        return ExitCode::from(MEMTRACK_FAILURE);
-    }
-    let results = RunResults::new(scan.results.into_iter().map(|r| r.process).collect());
-    print_report(&results, json, probes);
-    if scan.refused.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!(
-            "memtrack: reported {} result file(s) of {} in {}; {} skipped (above)",
-            results.processes.len(),
-            results.processes.len() + scan.refused.len(),
-            dir.display(),
-            scan.refused.len()
-        );
-        ExitCode::from(MEMTRACK_FAILURE)
-    }
-}
-
-fn print_report(results: &RunResults, json: bool, probe_sites: bool) {
+fn report(dir: &Path, json: bool, probes: bool, checks: &Checks) -> Result<u8, String> {
+    let limits = all_limits(checks)?;
+    let (found, refused) = read_tree(dir)?;
+    let dirs = as_dir_results(&found);
     if json {
-        println!("{}", report::render_json(results));
+        println!("{}", report::render_json_tree(&dirs));
     } else {
-        let options = TextOptions::with_probe_sites(probe_sites);
-        print!("{}", report::render_text_with(&results.processes, options));
+        let options = TextOptions::with_probe_sites(probes);
+        print!("{}", report::render_text_tree(&dirs, options));
     }
+    let code = check(checks, &limits, &dirs, 0, exit_code::SUCCESS)?;
+    if refused != 0 {
+        let reported: usize = found.iter().map(|(_, p)| p.len()).sum();
+        return Err(format!(
+            "reported {reported} result file(s) of {} in {}; {refused} skipped (above)",
+            reported + refused,
+            dir.display()
+        ));
+    }
+    Ok(code)
 }
 
-/// `memtrack report --stacks`: symbolize, print the top stacks, write the exports.
+/// `memtrack diff BASE NEW`.
+fn diff(
+    base: &Path,
+    new: &Path,
+    options: &DiffOptions,
+    markdown: Option<&Path>,
+) -> Result<u8, String> {
+    let (base_found, base_refused) = read_tree(base)?;
+    let (new_found, new_refused) = read_tree(new)?;
+    let compared = diff::diff(
+        &as_dir_results(&base_found),
+        &as_dir_results(&new_found),
+        options,
+    );
+    if compared.compared.is_empty() {
+        return Err(format!(
+            "{} and {} have no process or benchmark in common: nothing to compare",
+            base.display(),
+            new.display()
+        ));
+    }
+    print!("{}", diff::render_text(&compared, options));
+    if let Some(path) = markdown {
+        append(path, &diff::render_markdown(&compared, options, base, new))?;
+    }
+    if base_refused + new_refused != 0 {
+        return Err("some result files were skipped (above): the comparison is incomplete".into());
+    }
+    Ok(if compared.exceeded() != 0 {
+        exit_code::LIMIT_EXCEEDED
+    } else {
+        exit_code::SUCCESS
+    })
+}
+
+/// Appends `text` to `path` (created if missing, mode 0600; never through a symbolic
+/// link), as a CI job summary file wants.
+fn append(path: &Path, text: &str) -> Result<(), String> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("--markdown {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("--markdown {}: {e}", path.display()))
+}
+
+/// `memtrack report --stacks DIR`: the top stacks, and the exports asked for.
 fn report_stacks(dir: &std::path::Path, request: &StacksRequest) -> memtrack_cli::Result<()> {
     let processes = stack_profile::load_dir(dir)?;
     let choice = match &request.benchmark {
@@ -249,47 +578,26 @@ fn report_stacks(dir: &std::path::Path, request: &StacksRequest) -> memtrack_cli
     Ok(())
 }
 
-fn run(
-    output: Option<PathBuf>,
-    json: bool,
-    probes: bool,
-    max_live_blocks: Option<u32>,
-    no_syscalls: bool,
-    cmd: Vec<std::ffi::OsString>,
-) -> ExitCode {
-    let mut argv = cmd.into_iter();
-    let program = argv.next().expect("clap requires the command");
-    let spec = CommandSpec::new(program).args(argv);
-    let options = RunOptions {
-        output,
-        // Started through sudo: the command, and its results, are the invoking user's.
-        run_as: memtrack::sudo_invoker(),
-        max_live_blocks,
-        no_syscalls,
-    };
-    let outcome = match memtrack_cli::runner::run(spec, &options) {
-        Ok(outcome) => outcome,
-        Err(e @ Error::Tracking(memtrack::Error::CommandNotFound { .. })) => {
-            eprintln!("memtrack: {e}");
-            return ExitCode::from(127);
-        }
-        Err(e) => {
-            eprintln!("memtrack: {e}");
-            return ExitCode::from(MEMTRACK_FAILURE);
-        }
-    };
-    eprintln!(
-        "memtrack: {} result file(s) and {} in {}",
-        outcome.results.processes.len(),
-        fifo_protocol::MARKER_RESULT_FILE_NAME,
-        outcome.dir.display()
-    );
-    if outcome.unattributed_lost_events != 0 {
-        eprintln!(
-            "memtrack: {} event(s) could not be attributed to a process",
-            outcome.unattributed_lost_events
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent_and_lists_the_exit_codes() {
+        Cli::command().debug_assert();
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("201  memtrack itself failed"), "{help}");
+    }
+
+    #[test]
+    fn run_results_are_one_run() {
+        // The JSON of `run` is a RunResults, the same as `report` of its directory.
+        let results = memtrack::RunResults::new(vec![TrackedProcess::new(1, 0, vec!["x".into()])]);
+        let dirs: [DirResults; 1] = [(Path::new(""), &results.processes)];
+        assert_eq!(
+            report::render_json_tree(&dirs),
+            report::render_json(&results)
         );
     }
-    print_report(&outcome.results, json, probes);
-    ExitCode::from(outcome.exit.shell_code().clamp(0, 255) as u8)
 }

@@ -15,6 +15,8 @@ use tabled::{
 
 use memtrack::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
 
+use crate::limits::DirResults;
+
 /// What the human report shows besides the numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -36,8 +38,62 @@ pub fn render_json(results: &RunResults) -> String {
     serde_json::to_string_pretty(results).expect("results always serialise")
 }
 
+/// The JSON report of results found in several directories (`memtrack report` of a
+/// tree, e.g. `target/memtrack`): the same object as [`render_json`], its processes in
+/// the order of `dirs`, each process found below the directory given carrying its
+/// directory relative to it as `"result_dir"` (processes of the directory itself carry
+/// none, so one directory's report is exactly [`render_json`]'s). [`RunResults`] reads
+/// it back (passing over `result_dir`).
+pub fn render_json_tree(dirs: &[DirResults]) -> String {
+    /// A process of the report, with where it was found.
+    #[derive(serde::Serialize)]
+    struct Found<'a> {
+        #[serde(flatten)]
+        process: &'a TrackedProcess,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result_dir: Option<String>,
+    }
+    /// The report: [`RunResults`]'s fields, in its order.
+    #[derive(serde::Serialize)]
+    struct Report<'a> {
+        schema_version: u32,
+        memtrack_version: String,
+        processes: Vec<Found<'a>>,
+    }
+    let versions = RunResults::new(Vec::new());
+    let report = Report {
+        schema_version: versions.schema_version,
+        memtrack_version: versions.memtrack_version,
+        processes: dirs
+            .iter()
+            .flat_map(|(dir, processes)| {
+                let result_dir = (!dir.as_os_str().is_empty()).then(|| dir.display().to_string());
+                processes.iter().map(move |process| Found {
+                    process,
+                    result_dir: result_dir.clone(),
+                })
+            })
+            .collect(),
+    };
+    serde_json::to_string_pretty(&report).expect("results always serialise")
+}
+
+/// The human report of results found in several directories: each directory's
+/// processes and benchmarks as [`render_text_with`] shows them, those below the
+/// directory given headed by `results in DIR:` (DIR relative to it).
+pub fn render_text_tree(dirs: &[DirResults], options: TextOptions) -> String {
+    let mut out = String::new();
+    for (dir, processes) in dirs {
+        if !dir.as_os_str().is_empty() {
+            out.push_str(&format!("results in {}:\n", dir.display()));
+        }
+        out.push_str(&render_text_with(processes, options));
+    }
+    out
+}
+
 /// A count with thousands separated: `1,048,576`.
-fn exact(n: u64) -> String {
+pub(crate) fn exact(n: u64) -> String {
     n.to_formatted_string(&Locale::en)
 }
 
@@ -404,5 +460,39 @@ benchmark bench::ten (process 42)
         // Programs read it back into the same records.
         let read: RunResults = serde_json::from_str(&render_json(&results)).unwrap();
         assert_eq!(read, results);
+    }
+
+    #[test]
+    fn a_tree_report_says_where_each_result_was_found() {
+        let processes = sample();
+        let (first, second) = processes.split_at(1);
+        let dirs: [DirResults; 2] = [
+            (std::path::Path::new(""), first),
+            (std::path::Path::new("criterion/ten"), second),
+        ];
+        // One directory: exactly the run's report.
+        assert_eq!(
+            render_json_tree(&dirs[..1]),
+            render_json(&RunResults::new(first.to_vec()))
+        );
+        let json: serde_json::Value = serde_json::from_str(&render_json_tree(&dirs)).unwrap();
+        assert_eq!(json["processes"][0].get("result_dir"), None);
+        assert_eq!(json["processes"][1]["result_dir"], "criterion/ten");
+        let read: RunResults = serde_json::from_value(json).unwrap();
+        assert_eq!(read.processes, processes);
+        let text = render_text_tree(&dirs, TextOptions::default());
+        assert!(
+            text.contains(
+                "  calls           free 112, malloc 1,110\nbenchmark bench::ten (process 42)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "results in criterion/ten:\nprocess 43 (parent 42): static [killed by signal 9]\n  \
+                 allocator not recognised: heap not measured (no known allocator)\n"
+            ),
+            "{text}"
+        );
     }
 }

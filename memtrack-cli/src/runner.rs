@@ -10,18 +10,25 @@
 //! Exactness inside regions rests on two orderings: the runner enables counting before
 //! it answers `StartBenchmark`, and the integration's client sends `StopBenchmark`
 //! without allocating (fifo-protocol's `FifoClient` guarantees both ends).
+//!
+//! Each process's result file is written as soon as the process exits (the others at
+//! the end), so a memtrack that is killed keeps the results of every process that had
+//! exited.
 
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::atomic::{AtomicI32, Ordering},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicI32, Ordering},
+    },
 };
 
 use fifo_protocol::{Command, FifoRunner, IntegrationMode, LogSummary, MarkerResult, Reply};
 
 use memtrack::{
-    BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats, Tracker,
-    TrackerControl,
+    BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats,
+    TrackedProcess, Tracker, TrackerControl,
 };
 
 use crate::error::{Error, Result};
@@ -40,6 +47,9 @@ pub struct RunOptions {
     /// [`memtrack::MAX_LIVE_BLOCKS`]). More live blocks than this across the tracked
     /// processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
+    /// When the results directory holds the results of an earlier run: remove them
+    /// before the command starts (true), or refuse it (false: [`Error::EarlierResults`]).
+    pub replace: bool,
     /// Do not count mmap/munmap/brk (see
     /// [`TrackerBuilder::count_syscalls`](memtrack::TrackerBuilder::count_syscalls)).
     pub no_syscalls: bool,
@@ -104,11 +114,70 @@ struct MemoryHandler {
     current: Option<(u32, String)>,
     /// The region being counted: (pid, uri).
     open: Option<(u32, String)>,
-    regions_seen: bool,
+    /// The closed regions (shared with the writer of exited processes' results).
+    regions: Arc<Mutex<Regions>>,
+}
+
+/// The benchmark regions counted so far.
+#[derive(Default)]
+struct Regions {
+    seen: bool,
     /// Every closed region, in order: (pid, its counters).
     benchmarks: Vec<(u32, BenchmarkStats)>,
     /// Per process, the sum of its closed regions.
     per_process: HashMap<u32, Stats>,
+}
+
+impl Regions {
+    /// `p` as its result reports it: once regions were marked, its counters are the sum
+    /// of its regions (the closed ones, and what an open one counted), and its closed
+    /// regions are listed.
+    fn apply(&self, mut p: TrackedProcess) -> TrackedProcess {
+        if self.seen {
+            let mut total = self.per_process.get(&p.pid).cloned().unwrap_or_default();
+            total.merge(&p.stats);
+            p.stats = total;
+        }
+        p.benchmarks.extend(
+            self.benchmarks
+                .iter()
+                .filter(|(pid, _)| *pid == p.pid)
+                .map(|(_, bench)| bench.clone()),
+        );
+        p
+    }
+}
+
+fn lock(regions: &Mutex<Regions>) -> MutexGuard<'_, Regions> {
+    // A panic elsewhere leaves the data as it was: keep using it.
+    regions
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Writes the result of each process as it exits, until the tracker stops following
+/// (the channel ends); returns what it wrote, by pid. A failure is said on stderr: the
+/// end of the run writes that result again, and reports a failure then as an error.
+fn write_on_exit(
+    exits: std::sync::mpsc::Receiver<TrackedProcess>,
+    regions: &Mutex<Regions>,
+    out: &OutputDir,
+) -> HashMap<u32, TrackedProcess> {
+    let mut written = HashMap::new();
+    for process in exits {
+        let process = lock(regions).apply(process);
+        let result = MemtrackResult::new(process.clone());
+        match out.write_file(&result.file_name(), &result.to_bytes()) {
+            Ok(_) => {
+                written.insert(process.pid, process);
+            }
+            Err(e) => eprintln!(
+                "memtrack: cannot write the result of process {} as it exited: {e}",
+                process.pid
+            ),
+        }
+    }
+    written
 }
 
 impl MemoryHandler {
@@ -127,9 +196,10 @@ impl MemoryHandler {
                 "StartBenchmark needs a CurrentBenchmark { pid, uri } first",
             ));
         };
-        if !self.regions_seen {
+        let mut regions = lock(&self.regions);
+        if !regions.seen {
             // From now on only regions count: drop what the whole-command mode counted.
-            self.regions_seen = true;
+            regions.seen = true;
             self.control.set_all_enabled(false)?;
             for p in self.control.processes() {
                 self.control.reset_process(p)?;
@@ -148,8 +218,11 @@ impl MemoryHandler {
         self.control.set_process_enabled(pid, false)?;
         let stats = self.control.process_stats(pid)?;
         self.control.reset_process(pid)?;
-        self.per_process.entry(pid).or_default().merge(&stats);
-        self.benchmarks.push((pid, BenchmarkStats::new(uri, stats)));
+        let mut regions = lock(&self.regions);
+        regions.per_process.entry(pid).or_default().merge(&stats);
+        regions
+            .benchmarks
+            .push((pid, BenchmarkStats::new(uri, stats)));
         Ok(None)
     }
 }
@@ -183,7 +256,8 @@ impl fifo_protocol::Handler for MemoryHandler {
 /// directory. Progress goes to stderr.
 ///
 /// The output directory is opened (or created) and checked before anything else, so a
-/// directory that cannot take the results fails before the command runs, and every file
+/// directory that cannot take the results (or holds an earlier run's, see
+/// [`replace`](RunOptions::replace)) fails before the command runs, and every file
 /// is written through that handle ([`OutputDir`]), owned by
 /// [`run_as`](RunOptions::run_as) when given. A directory memtrack created is removed
 /// again if the run fails before anything was written in it.
@@ -192,6 +266,7 @@ pub fn run(spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
         Some(path) => OutputDir::open(path, options.run_as)?,
         None => OutputDir::create_private(options.run_as)?,
     };
+    crate::output::prepare(&out, options.replace)?;
     match track(spec, options, &out) {
         Ok(outcome) => Ok(outcome),
         Err(e) => {
@@ -223,13 +298,28 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
     }
     let tracker = builder.spawn(spec)?;
     FORWARD_TO.store(tracker.pid() as i32, Ordering::SeqCst);
+    let regions = Arc::new(Mutex::new(Regions::default()));
+    let exits = tracker.exited_processes();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| write_on_exit(exits, &regions, out));
+        serve_and_wait(fifo, tracker, &regions, writer, out)
+    })
+}
+
+/// Serves the FIFO protocol until the command has exited, then writes what the writer
+/// of exited processes' results did not write.
+fn serve_and_wait(
+    fifo: FifoRunner,
+    tracker: memtrack::ProcessTracker,
+    regions: &Arc<Mutex<Regions>>,
+    writer: std::thread::ScopedJoinHandle<'_, HashMap<u32, TrackedProcess>>,
+    out: &OutputDir,
+) -> Result<RunOutcome> {
     let handler = MemoryHandler {
         control: tracker.control(),
         current: None,
         open: None,
-        regions_seen: false,
-        benchmarks: Vec::new(),
-        per_process: HashMap::new(),
+        regions: regions.clone(),
     };
     let mut fifo = fifo;
     // One line at the end, however much garbage the command writes into the FIFO.
@@ -246,35 +336,31 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
     if let Some(line) = fifo_log.line() {
         eprintln!("memtrack: fifo: {line}");
     }
-    let (markers, handler) = stopped.map_err(|source| Error::Fifo {
+    let (markers, _handler) = stopped.map_err(|source| Error::Fifo {
         what: "stopping",
         source,
     })?;
     let exit = exit?;
-    let mut processes = tracker.collect_processes()?;
-    if handler.regions_seen {
-        for p in &mut processes {
-            let mut total = handler.per_process.get(&p.pid).cloned().unwrap_or_default();
-            total.merge(&p.stats);
-            p.stats = total;
-        }
-    }
+    let processes = tracker.collect_processes()?;
     let unattributed_lost_events = tracker.unattributed_lost_events();
+    // Stopping to follow ends the stream of exits: the writer is done after that.
     drop(tracker);
+    let written = writer.join().unwrap_or_default();
 
-    for (pid, bench) in handler.benchmarks {
-        match processes.iter_mut().find(|p| p.pid == pid) {
-            Some(p) => p.benchmarks.push(bench),
-            // Regions are only opened for tracked processes (enabling counting of
-            // another fails), so this does not happen; say so if it ever does.
-            None => eprintln!(
+    let regions = std::mem::take(&mut *lock(regions));
+    for (pid, bench) in &regions.benchmarks {
+        // Regions are only opened for tracked processes (enabling counting of another
+        // fails), so this does not happen; say so if it ever does.
+        if !processes.iter().any(|p| p.pid == *pid) {
+            eprintln!(
                 "memtrack: benchmark {} ran in process {pid}, which was not tracked: dropped",
                 bench.uri
-            ),
+            );
         }
     }
+    let processes: Vec<TrackedProcess> = processes.into_iter().map(|p| regions.apply(p)).collect();
     let results = RunResults::new(processes);
-    write_all(out, &results, &markers)?;
+    write_all(out, &results, &written, &markers)?;
     Ok(RunOutcome {
         exit,
         results,
@@ -285,10 +371,19 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
 }
 
 /// Writes every file, going on past a failure (the others are still worth having), and
-/// returns the first failure.
-fn write_all(out: &OutputDir, results: &RunResults, markers: &MarkerResult) -> Result<()> {
+/// returns the first failure. A process's result that was written as it exited and has
+/// not changed since is not written again (each file costs an fsync).
+fn write_all(
+    out: &OutputDir,
+    results: &RunResults,
+    written: &HashMap<u32, TrackedProcess>,
+    markers: &MarkerResult,
+) -> Result<()> {
     let mut first_failure = None;
     for process in &results.processes {
+        if written.get(&process.pid) == Some(process) {
+            continue;
+        }
         let result = MemtrackResult::new(process.clone());
         if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
             first_failure.get_or_insert(Error::Tracking(e));

@@ -9,6 +9,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
+use memtrack_cli::exit_code::MEMTRACK_FAILED;
 use memtrack_test_support::{is_root, require_privileges};
 
 fn memtrack() -> Command {
@@ -87,7 +88,11 @@ fn report_refuses_what_is_not_a_result_and_reports_the_rest() {
 
     let out = bounded_output(memtrack().arg("report").arg("--json").arg(dir.path()));
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(MEMTRACK_FAILED)),
+        "{stderr}"
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pids: Vec<u64> = json["processes"]
         .as_array()
@@ -149,7 +154,7 @@ fn report_of_a_directory_without_results_is_an_error() {
     std::fs::write(dir.path().join("MarkerResult.msgpack"), b"").unwrap();
     std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
     let out = memtrack().arg("report").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(i32::from(MEMTRACK_FAILED)));
     assert_eq!(out.stdout, b"");
     assert_eq!(
         text(&out.stderr),
@@ -161,7 +166,7 @@ fn report_of_a_directory_without_results_is_an_error() {
     // Only unreadable ones: said so.
     symlink("/dev/zero", result_path(dir.path(), "1")).unwrap();
     let out = memtrack().arg("report").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(i32::from(MEMTRACK_FAILED)));
     assert!(
         text(&out.stderr).ends_with(&format!(
             "memtrack: none of the 1 result file(s) in {} could be read: nothing to report\n",
@@ -172,7 +177,7 @@ fn report_of_a_directory_without_results_is_an_error() {
     );
 }
 
-/// `memtrack run -o DIR -- touch MARK` where DIR cannot take results: memtrack exits 2
+/// `memtrack run -o DIR -- touch MARK` where DIR cannot take results: memtrack exits 201
 /// naming DIR and why, and the command never ran (MARK does not exist).
 fn assert_refused_before_the_command(out_dir: &Path, wrap: Option<&[&str]>, reason: &str) {
     let scratch = tempfile::tempdir().unwrap();
@@ -195,7 +200,11 @@ fn assert_refused_before_the_command(out_dir: &Path, wrap: Option<&[&str]>, reas
         .output()
         .unwrap();
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(MEMTRACK_FAILED)),
+        "{stderr}"
+    );
     let want = format!(
         "memtrack: results directory {}: {reason}",
         out_dir.display()
@@ -276,7 +285,11 @@ fn a_live_block_capacity_out_of_range_is_refused_with_the_range() {
             .args(["run", "--max-live-blocks", blocks, "--", "true"])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{blocks}");
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(MEMTRACK_FAILED)),
+            "{blocks}"
+        );
         let stderr = text(&out.stderr);
         assert!(
             stderr.contains(&format!(
@@ -315,8 +328,9 @@ fn a_32_bit_program_is_said_to_be_unsupported() {
         .arg(&program)
         .output()
         .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    // The human report is on stderr.
+    let stdout = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
     assert!(
         stdout.contains(&format!(
             "runs a 32-bit program ({}): 32-bit processes are not supported",

@@ -55,6 +55,15 @@ impl Run {
         stdout_of_success(&mut self.memtrack)
     }
 
+    /// Runs it to the end, asserts that it exited 0 and returns its human report (on
+    /// stderr, so that stdout stays the command's).
+    fn succeed_with_report(&mut self) -> String {
+        let out = self.memtrack.output().unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        stderr
+    }
+
     /// `memtrack report OPTIONS DIR`: asserts that it exited 0 and returns its stdout.
     fn report(&self, options: &[&str]) -> Vec<u8> {
         stdout_of_success(memtrack().arg("report").args(options).arg(self.dir.path()))
@@ -78,7 +87,7 @@ fn json_report_has_processes_with_exact_stats() {
     if !require_privileges("json_report") {
         return;
     }
-    let mut run = Run::new(&["--json"], [fixture("leak")]);
+    let mut run = Run::new(&["--json", "-"], [fixture("leak")]);
     let json: serde_json::Value = serde_json::from_slice(&run.succeed()).unwrap();
     assert_eq!(json["schema_version"], memtrack::SCHEMA_VERSION);
     assert_eq!(json["memtrack_version"], env!("CARGO_PKG_VERSION"));
@@ -127,7 +136,10 @@ fn exit_code_is_the_commands() {
 #[test]
 fn no_command_is_a_usage_error() {
     let out = memtrack().arg("run").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(memtrack_cli::exit_code::MEMTRACK_FAILED))
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
 }
 
@@ -136,7 +148,10 @@ fn report_of_a_corrupt_file_names_it() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("42.MemtrackResult.msgpack"), b"\x85garbage").unwrap();
     let out = memtrack().arg("report").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(memtrack_cli::exit_code::MEMTRACK_FAILED))
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("42.MemtrackResult.msgpack"), "{stderr}");
 }
@@ -221,7 +236,7 @@ fn a_full_live_map_is_reported_as_lost_events() {
         return;
     }
     let mut run = Run::new(&["--max-live-blocks", "2"], [fixture("leak")]);
-    let text = String::from_utf8(run.succeed()).unwrap();
+    let text = run.succeed_with_report();
     assert!(text.contains("LOST EVENTS"), "{text}");
     let results = run.results();
     assert!(results[0].stats.lost_events > 0, "{:#?}", results[0].stats);
@@ -235,7 +250,7 @@ fn probes_are_listed_on_request() {
         return;
     }
     let mut run = Run::new(&["--probes"], [fixture("malloc_free")]);
-    let text = String::from_utf8(run.succeed()).unwrap();
+    let text = run.succeed_with_report();
     let probes: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -299,7 +314,7 @@ fn no_syscalls_says_not_counted() {
         return;
     }
     let mut run = Run::new(&["--no-syscalls"], [fixture("leak")]);
-    let text = String::from_utf8(run.succeed()).unwrap();
+    let text = run.succeed_with_report();
     let line = text
         .lines()
         .find(|l| l.trim_start().starts_with("mmap/munmap/brk"))

@@ -124,7 +124,11 @@ fn unprivileged_user_gets_the_capability_message() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(memtrack_cli::exit_code::MEMTRACK_FAILED)),
+        "{stderr}"
+    );
     assert!(stderr.contains("CAP_BPF and CAP_PERFMON"), "{stderr}");
     assert!(stderr.contains("sudo"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");

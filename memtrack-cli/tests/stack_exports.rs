@@ -624,7 +624,7 @@ fn a_corrupt_stacks_file_is_an_error_naming_it() {
         .arg(results.path())
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(201));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         stderr.starts_with(&format!(
@@ -642,7 +642,7 @@ fn a_corrupt_stacks_file_is_an_error_naming_it() {
         .arg(results.path())
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(201));
     assert_eq!(
         String::from_utf8_lossy(&run.stderr),
         format!(
@@ -663,7 +663,7 @@ fn exporting_nothing_is_an_error() {
         .args(["--pprof", "/nonexistent/x.pb.gz"])
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(201));
     assert_eq!(
         String::from_utf8_lossy(&run.stderr),
         format!(
@@ -692,7 +692,7 @@ fn a_stacks_file_that_is_a_link_or_a_fifo_is_not_read() {
             .arg(results.path())
             .output()
             .unwrap();
-        assert_eq!(run.status.code(), Some(2));
+        assert_eq!(run.status.code(), Some(201));
         String::from_utf8_lossy(&run.stderr).into_owned()
     };
     assert_eq!(
@@ -725,7 +725,7 @@ fn exports_need_stacks() {
         .args(["report", "/nonexistent", "--dhat", "x.json"])
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(201));
     assert!(String::from_utf8_lossy(&run.stderr).contains("--stacks"));
 }
 

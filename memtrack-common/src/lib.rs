@@ -153,6 +153,12 @@ pub mod map_names {
     pub const LIVE_STACK: &str = "LIVE_STACK";
     /// Per-CPU scratch [`StackKey`](super::stacks::StackKey) of the unwinder.
     pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
+    /// thread id -> the signal the loader hook sent that thread to stop it (see
+    /// [`ld_hook`](super::ld_hook)); the follower deletes the entry at the stop.
+    pub const LD_HOOK_STOPS: &str = "LD_HOOK_STOPS";
+    /// tgid -> times the loader hook fired in that process without stopping the thread
+    /// (see [`ld_hook`](super::ld_hook)): lost events of that process.
+    pub const LD_HOOK_MISSES: &str = "LD_HOOK_MISSES";
 }
 
 /// Names of the programs in the eBPF object (aya-ebpf names a program after its
@@ -167,6 +173,63 @@ pub mod program_names {
     pub const SYS_EXIT: &str = "sys_exit";
     /// The raw tracepoint [`SYS_EXIT`] attaches to.
     pub const SYS_EXIT_TRACEPOINT: &str = "sys_exit";
+    /// The uprobe on the dynamic loader's `_dl_debug_state` that stops the thread for
+    /// the follower (see [`ld_hook`](super::ld_hook)).
+    pub const LD_HOOK: &str = "ld_hook_prog";
+}
+
+/// The loader hook: a uprobe on the dynamic loader's `_dl_debug_state` (called after
+/// the loader mapped objects and before their initializers run) whose program makes the
+/// thread stop for memtrack's ptrace follower by sending it a signal whose default
+/// action is to ignore it. The program records the signal in `LD_HOOK_STOPS` under the
+/// thread id first, so the follower can tell its own signal from one the program got
+/// from elsewhere; it suppresses its own and delivers any other. Nothing of this lives
+/// in the tracked process: if memtrack dies, the kernel removes the uprobe with its
+/// link, and a signal still pending is ignored by default.
+///
+/// The program needs two fields of the kernel's `struct task_struct` (byte offsets that
+/// user space reads from the kernel's BTF and passes in the probe's cookie): `blocked`,
+/// so it never picks a signal the thread blocks (it would stay pending and the thread
+/// would not stop before the new objects' code runs), and `ptrace`, so it sends nothing
+/// to a thread no tracer would stop.
+pub mod ld_hook {
+    /// SIGURG, SIGWINCH, SIGCHLD (x86_64 numbers): the signals whose default action is
+    /// to ignore them, in the order the program tries them (the one a program is least
+    /// likely to receive from elsewhere first). Never SIGSTOP (a thread would stay
+    /// stopped forever if memtrack died with it pending) nor a terminating signal.
+    pub const SIGNALS: [u32; 3] = [23, 28, 17];
+
+    /// The cookie of the hook's probe: the byte offsets of `task_struct.blocked` (low
+    /// 32 bits) and `task_struct.ptrace` (high 32 bits).
+    pub const fn cookie(blocked_offset: u32, ptrace_offset: u32) -> u64 {
+        blocked_offset as u64 | (ptrace_offset as u64) << 32
+    }
+
+    /// The byte offset of `task_struct.blocked` in a hook cookie.
+    pub const fn blocked_offset(cookie: u64) -> u32 {
+        cookie as u32
+    }
+
+    /// The byte offset of `task_struct.ptrace` in a hook cookie.
+    pub const fn ptrace_offset(cookie: u64) -> u32 {
+        (cookie >> 32) as u32
+    }
+
+    /// The first of [`SIGNALS`] that `blocked` (a thread's blocked mask: bit `n - 1`
+    /// stands for signal `n`) does not block; `None` when it blocks them all.
+    pub const fn pick_signal(blocked: u64) -> Option<u32> {
+        let mut i = 0;
+        while i < SIGNALS.len() {
+            if blocked & (1u64 << (SIGNALS[i] - 1)) == 0 {
+                return Some(SIGNALS[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Capacity of the `LD_HOOK_STOPS` map (threads stopped at the hook at once).
+    pub const MAX_STOPS: u32 = 4096;
 }
 
 /// Value of the `TRACKED` map (key: tgid, i.e. the process id).
@@ -434,5 +497,25 @@ mod tests {
         // Kind bits that name no kind decode to None.
         assert_eq!(cookie::kind(7 << 16), None);
         assert_eq!(cookie::kind(0xff << 16 | 4), None);
+    }
+
+    #[test]
+    fn ld_hook_cookie_round_trips() {
+        let c = ld_hook::cookie(0x8f0, 0x2c);
+        assert_eq!(c, 0x8f0 | 0x2c << 32);
+        assert_eq!(ld_hook::blocked_offset(c), 0x8f0);
+        assert_eq!(ld_hook::ptrace_offset(c), 0x2c);
+    }
+
+    #[test]
+    fn ld_hook_picks_the_first_unblocked_ignorable_signal() {
+        let bit = |sig: u32| 1u64 << (sig - 1);
+        assert_eq!(ld_hook::pick_signal(0), Some(23));
+        assert_eq!(ld_hook::pick_signal(bit(23)), Some(28));
+        assert_eq!(ld_hook::pick_signal(bit(23) | bit(28)), Some(17));
+        assert_eq!(ld_hook::pick_signal(bit(23) | bit(28) | bit(17)), None);
+        assert_eq!(ld_hook::pick_signal(u64::MAX), None);
+        // Other blocked signals do not matter.
+        assert_eq!(ld_hook::pick_signal(!bit(17)), Some(17));
     }
 }

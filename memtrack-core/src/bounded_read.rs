@@ -43,19 +43,33 @@ pub(crate) fn read_files(
     wanted: impl Fn(&str) -> bool,
     limit: u64,
 ) -> Result<Vec<DirFile>> {
-    let dir_err = |e: rustix::io::Errno| Error::io(dir, e.into());
     let fd = rustix::fs::openat(
         CWD,
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(dir_err)?;
+    .map_err(|e| Error::io(dir, e.into()))?;
+    let names = entry_names(&fd, dir, wanted)?;
+    Ok(read_names(&fd, dir, names, limit))
+}
+
+/// The names of the entries of the open directory `fd` (`dir` for messages) that
+/// `wanted` accepts, sorted (names that are not UTF-8 are passed over; `.` and `..`
+/// never given).
+pub(crate) fn entry_names(
+    fd: impl AsFd,
+    dir: &Path,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let dir_err = |e: rustix::io::Errno| Error::io(dir, e.into());
     let mut entries = rustix::fs::Dir::read_from(&fd).map_err(dir_err)?;
     let mut names = Vec::new();
     while let Some(entry) = entries.read() {
         let entry = entry.map_err(dir_err)?;
         if let Ok(name) = std::str::from_utf8(entry.file_name().to_bytes())
+            && name != "."
+            && name != ".."
             && wanted(name)
         {
             names.push(name.to_owned());
@@ -63,7 +77,18 @@ pub(crate) fn read_files(
     }
     // In a stable order, so that what is refused is said the same way every time.
     names.sort();
-    Ok(names
+    Ok(names)
+}
+
+/// Reads `names` in the open directory `fd` (`dir` for messages), each as [`read_at`]
+/// does.
+pub(crate) fn read_names(
+    fd: impl AsFd,
+    dir: &Path,
+    names: Vec<String>,
+    limit: u64,
+) -> Vec<DirFile> {
+    names
         .into_iter()
         .map(|name| {
             let path = dir.join(&name);
@@ -73,7 +98,7 @@ pub(crate) fn read_files(
             });
             DirFile { path, bytes }
         })
-        .collect())
+        .collect()
 }
 
 /// The bytes of the file at `path`, as [`read_at`] reads them ([`Error::ResultFile`] if

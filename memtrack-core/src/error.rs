@@ -195,6 +195,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A directory below the one searched for results was not searched
+    /// ([`MemtrackResult::scan_tree`](crate::MemtrackResult::scan_tree)).
+    #[error("searching {} for results: {reason}", .dir.display())]
+    ResultTree {
+        /// The directory not searched.
+        dir: PathBuf,
+        /// Why, for humans.
+        reason: String,
+    },
+
     /// A live-block capacity outside what the kernel can make a map of.
     #[error(
         "a live-block map of {requested} blocks is impossible: the capacity must be 1 to \
@@ -212,11 +222,14 @@ pub enum Error {
         "creating the kernel map for {blocks} live blocks (about {} MiB of kernel memory, \
          reserved when memtrack starts) failed: {source}; ask for fewer blocks \
          (--max-live-blocks, TrackerBuilder::max_live_blocks)",
-        crate::tracker::live_map_bytes(*.blocks) >> 20
+        .kernel_bytes >> 20
     )]
     LiveMap {
         /// The capacity asked for.
         blocks: u32,
+        /// Kernel memory, in bytes, such a map reserves
+        /// ([`live_map_bytes`](crate::live_map_bytes)).
+        kernel_bytes: u64,
         /// The kernel's answer.
         #[source]
         source: std::io::Error,

@@ -42,6 +42,7 @@ use nix::{
 
 use crate::{
     error::{Error, Result},
+    hold::{Hold, Holds},
     ld_hook::LdHooks,
     process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
     shared::Shared,
@@ -139,6 +140,8 @@ struct FollowState {
     shared: Arc<Shared>,
     /// The stops at each process's dynamic loader.
     hooks: LdHooks,
+    /// Where a test asked the follower to hold (MEMTRACK_TEST_HOLD).
+    holds: Holds,
     /// Every traced thread, by tid.
     tasks: HashMap<u32, Task>,
     /// Processes between an exec and their allocator being mapped: syscall-stops left.
@@ -188,7 +191,7 @@ fn spawn_sentinel(wake: OwnedFd) -> Result<Pid> {
 }
 
 /// Why a command could not be started, from its exec-error pipe.
-fn spawn_error(command: String, child: &spawn::StoppedChild) -> Error {
+fn spawn_error(command: String, child: &spawn::HeldChild) -> Error {
     let reason = spawn::exec_errno(&child.exec_error)
         .map(|e| Errno::from_raw(e).desc().to_string())
         .unwrap_or_else(|| "it exited before exec".into());
@@ -200,6 +203,7 @@ impl FollowState {
         FollowState {
             shared,
             hooks: LdHooks::default(),
+            holds: Holds::from_env(),
             tasks: HashMap::new(),
             exec_wait: HashMap::new(),
             root: 0,
@@ -217,48 +221,19 @@ impl FollowState {
     }
 
     fn setup_spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
-        let child = spawn::fork_stopped(spec)?;
+        let mut child = spawn::fork_held(spec)?;
         let pid = child.pid;
         let command = spec.program.to_string_lossy().into_owned();
-        let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::__WNOTHREAD;
-        match waitpid(pid, Some(flags)) {
-            Ok(WaitStatus::Stopped(_, _)) => {}
-            Ok(WaitStatus::Exited(_, _)) | Ok(WaitStatus::Signaled(..)) => {
-                return Err(spawn_error(command, &child));
-            }
-            other => {
-                return Err(Error::Spawn {
-                    command,
-                    reason: format!("unexpected state before exec: {other:?}"),
-                });
-            }
-        }
-        ptrace::seize(pid, options()).map_err(ptrace_err(pid, "PTRACE_SEIZE"))?;
-        kill(pid, Signal::SIGCONT).map_err(ptrace_err(pid, "kill(SIGCONT)"))?;
+        self.holds.reached(Hold::Spawn, pid.as_raw() as u32);
         let raw = pid.as_raw() as u32;
-        self.tasks.insert(raw, Task { tgid: raw });
-        loop {
-            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
-                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
-                    break;
-                }
-                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Stopped(_, Signal::SIGCONT))
-                | Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
-                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Stopped(_, sig)) => {
-                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    self.tasks.remove(&raw);
-                    return Err(spawn_error(command, &child));
-                }
-                Ok(_) => {}
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+        match self.seize_and_release(&mut child, &command) {
+            Ok(()) => {}
+            Err(e) => {
+                // Never leave it to run the command untracked after an error.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+                self.tasks.remove(&raw);
+                return Err(e);
             }
         }
         self.root = raw;
@@ -266,6 +241,45 @@ impl FollowState {
         self.register_process(raw, ppid);
         self.after_exec(raw);
         Ok(raw)
+    }
+
+    /// Seizes the held child, lets it go on, and waits for its exec (it is then
+    /// stopped at the exec event).
+    fn seize_and_release(&mut self, child: &mut spawn::HeldChild, command: &str) -> Result<()> {
+        let pid = child.pid;
+        let raw = pid.as_raw() as u32;
+        if let Err(e) = ptrace::seize(pid, options()) {
+            // A child that failed before waiting (chdir, setuid) has exited.
+            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
+            {
+                return Err(spawn_error(command.to_string(), child));
+            }
+            return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
+        }
+        self.tasks.insert(raw, Task { tgid: raw });
+        self.holds.reached(Hold::Seized, raw);
+        child.release();
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
+                    return Ok(());
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.tasks.remove(&raw);
+                    return Err(spawn_error(command.to_string(), child));
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+            }
+        }
     }
 
     fn setup_attach(&mut self, pid: u32) -> Result<u32> {
@@ -294,7 +308,7 @@ impl FollowState {
         // meanwhile; calls before the probes are in place are not counted), and catch
         // its future dlopens.
         self.attach_now(pid);
-        self.hooks.install(pid);
+        self.install_hook(pid);
         Ok(pid)
     }
 
@@ -364,20 +378,26 @@ impl FollowState {
         }
     }
 
+    /// Hooks the dynamic loader of `pid` (ld_hook.rs); false if it has none memtrack
+    /// can hook.
+    fn install_hook(&mut self, pid: u32) -> bool {
+        let mut engine = self.shared.engine.lock();
+        self.hooks.install(&mut engine, pid)
+    }
+
     /// A process just exec'd (it is stopped at the exec event): note its new command
     /// line, probe what is mapped already (a static executable's own allocator), and
     /// hook the loader so the libraries are probed once mapped.
     fn after_exec(&mut self, pid: u32) {
+        self.holds.reached(Hold::Exec, pid);
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
             record.process.command = process::read_cmdline(pid);
         }
-        // The old image's hook went with its memory.
-        self.hooks.forget(pid);
         let p = Pid::from_raw(pid as i32);
         self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
         let has_interp = memtrack_targets::has_interpreter(&exe).unwrap_or(true);
-        if !has_interp || self.hooks.install(pid) {
+        if !has_interp || self.install_hook(pid) {
             let _ = ptrace::cont(p, None);
             return;
         }
@@ -385,18 +405,29 @@ impl FollowState {
         let _ = ptrace::syscall(p, None);
     }
 
-    /// A signal-delivery-stop of a traced thread: at its loader's hook, probe what was
-    /// mapped and let it go on; else deliver the signal.
+    /// A signal-delivery-stop of a traced thread: stopped by its loader's hook, probe
+    /// what was mapped and let it go on (without the hook's signal); else deliver the
+    /// signal.
     fn on_signal_stop(&mut self, tid: u32, tgid: u32, signal: Signal) {
-        let Some(stop) = self.hooks.stopped_at_hook(tid, tgid, signal) else {
-            let _ = ptrace::cont(Pid::from_raw(tid as i32), signal);
+        let p = Pid::from_raw(tid as i32);
+        let stop = {
+            let mut engine = self.shared.engine.lock();
+            self.hooks.stopped_at_hook(&mut engine, tid, signal)
+        };
+        let Some(stop) = stop else {
+            let _ = ptrace::cont(p, signal);
             return;
         };
+        self.holds.reached(Hold::Hook, tgid);
         let found = self.attach_now(tgid);
         if debug_follow() {
-            eprintln!("memtrack: loader hook in process {tgid}: allocator mapped: {found}");
+            eprintln!(
+                "memtrack: loader hook in process {tgid} (thread {tid}, {signal:?}): \
+                 allocator mapped: {found}"
+            );
         }
-        self.hooks.resume(stop);
+        // Errors: the thread was killed meanwhile; its exit is reported next.
+        let _ = ptrace::cont(p, stop.deliver);
     }
 
     /// A syscall-stop of a process waiting for its allocator to be mapped.
@@ -429,6 +460,8 @@ impl FollowState {
             if tgid != tid {
                 // A non-leader thread exec'd: it took over the leader's pid.
                 self.tasks.remove(&tid);
+                let mut engine = self.shared.engine.lock();
+                self.hooks.thread_gone(&mut engine, tid);
             }
             self.close_image(tgid);
             self.after_exec(tgid);
@@ -459,11 +492,12 @@ impl FollowState {
         };
         self.tasks.insert(tid, Task { tgid });
         if tgid == tid && !self.shared.registry.lock().contains_key(&tid) {
-            // A new process: it shares its parent's mappings (and the loader hook in
-            // them), so probe it right away.
+            // A new process: it has a copy of its parent's mappings, but not its probes
+            // (they are scoped to the parent): probe it and hook its loader right away.
+            self.holds.reached(Hold::Fork, tid);
             self.register_process(tid, ppid);
             self.attach_now(tid);
-            self.hooks.inherit(tid, ppid);
+            self.install_hook(tid);
         }
         let _ = ptrace::cont(p, None);
     }
@@ -475,11 +509,11 @@ impl FollowState {
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };
+        self.hooks.thread_gone(&mut self.shared.engine.lock(), tid);
         if task.tgid != tid {
             return;
         }
         self.exec_wait.remove(&tid);
-        self.hooks.forget(tid);
         let final_stats = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(tid).ok();
@@ -493,6 +527,8 @@ impl FollowState {
             record.process.exit_signal = signal;
             record.final_stats = final_stats;
         }
+        self.holds.reached(Hold::Exit, tid);
+        self.shared.process_exited(tid);
         if tid == self.root {
             self.shared.root_exited(code, signal);
         }
@@ -552,10 +588,9 @@ impl FollowState {
 
 impl Drop for FollowState {
     fn drop(&mut self) {
-        // However the follower ends (shutdown, a failed setup or wait, a panic): take
-        // the loader hooks out (a breakpoint left behind would kill its process at the
-        // next `dlopen`), and tell a waiter on the root that no exit will come.
-        self.hooks.remove_all();
+        // However the follower ends (shutdown, a failed setup or wait, a panic), tell a
+        // waiter on the root that no exit will come, and end the stream of exits. (The
+        // loader hooks need no undoing: they are uprobes, removed with their links.)
         let reason = match self.failure.take() {
             Some(reason) => reason,
             None if std::thread::panicking() => "it panicked".into(),

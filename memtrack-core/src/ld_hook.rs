@@ -1,160 +1,151 @@
-//! Stops a followed process each time its dynamic loader (ld.so) has mapped new
-//! objects, so the follower can probe them before their code runs; and lets it go on.
+//! Stops a followed thread each time its dynamic loader (ld.so) has mapped new objects,
+//! so the follower can probe them before their code runs; and knows that stop when the
+//! follower sees it.
 //!
 //! glibc's and musl's loaders call the empty function `_dl_debug_state` for debuggers
 //! after mapping objects and before running their initializers, at startup and in every
-//! `dlopen` (memtrack-targets finds its address). Today the stop is a software
-//! breakpoint: an `int3` written over the function's first byte through
-//! `/proc/PID/mem`, the byte it replaced kept to be written back when the follower
-//! stops, and the function's `ret` emulated for the stopped thread (so the breakpoint
-//! never has to be stepped over). The int3 lives in the tracee's memory: if memtrack
-//! is killed before it writes the byte back, the process dies of SIGTRAP at its next
-//! `dlopen`.
+//! `dlopen` (memtrack-targets finds it). The hook is a uprobe there, scoped to the
+//! process like the allocator probes (its link is the process's, closed with them),
+//! whose eBPF program (memtrack-ebpf's ld_hook.rs) records a signal under the thread's
+//! id and sends the thread that signal; the traced thread stops at its delivery, and the
+//! follower, finding the record, probes what was mapped and resumes the thread with the
+//! signal suppressed. A signal without a record (or another signal) is the program's
+//! own and is delivered. The protocol: `memtrack_common::ld_hook`.
 //!
-//! This module is the only code that knows how the stop is made. The follower asks it
-//! to [`install`](LdHooks::install) a hook after an exec or an attach, tells it of forks
-//! ([`inherit`](LdHooks::inherit)) and of images that went away
-//! ([`forget`](LdHooks::forget)), hands it every signal stop of a traced thread
-//! ([`stopped_at_hook`](LdHooks::stopped_at_hook)), lets a thread that stopped there
-//! [`resume`](LdHooks::resume) once probed, and takes every hook out when it stops
-//! ([`remove_all`](LdHooks::remove_all)). A uprobe on `_dl_debug_state` whose eBPF
-//! program stops the thread (removed by the kernel with its link, so nothing is left to
-//! undo when memtrack dies) replaces the breakpoint behind the same calls.
+//! Why this and not a breakpoint written into the process: nothing of it lives in the
+//! tracked program. If memtrack is killed, the kernel removes the uprobe when memtrack's
+//! descriptors close, and a signal still pending is one whose default action is to
+//! ignore it; no instruction is left behind and no return is half emulated (an `int3`
+//! left over `_dl_debug_state` killed the program with SIGTRAP at its next `dlopen`).
+//! Why a signal: a uprobe program cannot stop a thread itself (it runs in the probe's
+//! trap and must not sleep), and SIGSTOP would keep the program stopped for good if
+//! memtrack died with it pending. A thread that blocks all three ignorable signals is
+//! not stopped: the hit is counted as a lost event of its process (the new objects'
+//! allocator calls may then go uncounted until the next stop).
+//!
+//! The follower asks this module to [`install`](LdHooks::install) the hook after an
+//! exec, an attach or a fork, hands it every signal stop of a traced thread
+//! ([`stopped_at_hook`](LdHooks::stopped_at_hook)), and tells it of threads that are
+//! gone ([`thread_gone`](LdHooks::thread_gone)).
 
-use std::collections::HashMap;
+use std::sync::OnceLock;
 
-use libc::user_regs_struct;
+use memtrack_common::ld_hook;
 use nix::{
     sys::{ptrace, signal::Signal},
     unistd::Pid,
 };
 
-/// `int3`, the breakpoint instruction.
-const INT3: u8 = 0xcc;
+use crate::loader::Engine;
 
-/// `ret`.
-const RET: u8 = 0xc3;
+/// `si_code` of a signal the kernel sent itself (`SI_KERNEL`): what
+/// `bpf_send_signal_thread` leaves in the siginfo.
+const SI_KERNEL: i32 = 0x80;
 
-/// `endbr64; ret`: the function's code when built with CET.
-const ENDBR64_RET: [u8; 5] = [0xf3, 0x0f, 0x1e, 0xfa, RET];
+/// The loader hook's cookie for this kernel (the `task_struct` field offsets the eBPF
+/// program reads), or why there is none; read from the kernel's BTF once per process.
+static COOKIE: OnceLock<Result<u64, String>> = OnceLock::new();
 
-/// The breakpoint on the loader's `_dl_debug_state` in one process.
-#[derive(Clone, Copy)]
-struct Breakpoint {
-    /// Runtime address of the function.
-    address: u64,
-    /// The byte the breakpoint replaced (written back by [`LdHooks::remove_all`]).
-    original: u8,
+fn cookie() -> &'static Result<u64, String> {
+    COOKIE.get_or_init(|| {
+        memtrack_targets::task_signal_offsets()
+            .map(|(blocked, ptrace)| ld_hook::cookie(blocked, ptrace))
+            .map_err(|e| e.to_string())
+    })
 }
 
-/// A thread stopped at its loader's hook, held until [`LdHooks::resume`].
+/// Starts reading the kernel's BTF on another thread (a few milliseconds, up to tens
+/// under load), so the first [`LdHooks::install`] does not wait for it.
+pub(crate) fn prefetch() {
+    if COOKIE.get().is_none() {
+        let _ = std::thread::Builder::new()
+            .name("memtrack-btf".into())
+            .spawn(|| {
+                cookie();
+            });
+    }
+}
+
+/// A thread stopped for the loader hook.
 pub(crate) struct HookStop {
-    tid: u32,
-    /// The thread's registers once `_dl_debug_state` has returned.
-    after_return: user_regs_struct,
+    /// The signal to resume it with: None when the stop's signal was the hook's own
+    /// (suppressed), the signal when the program got one of the same number from
+    /// elsewhere that absorbed the hook's.
+    pub(crate) deliver: Option<Signal>,
 }
 
-/// The loader hooks of every followed process, by pid.
+/// The follower's side of the loader hook.
 #[derive(Default)]
 pub(crate) struct LdHooks {
-    hooks: HashMap<u32, Breakpoint>,
+    /// Whether the "cannot hook" reason was said already (once per follower).
+    warned: bool,
 }
 
 impl LdHooks {
     /// Hooks the dynamic loader of `pid` (stopped, or running under the follower).
     /// False when there is none memtrack can hook: no loader mapped (a static
-    /// executable, or the loader has not been mapped yet), no `_dl_debug_state`, or a
-    /// function body other than the bare `ret` (or `endbr64; ret`) whose return can be
-    /// emulated.
-    pub(crate) fn install(&mut self, pid: u32) -> bool {
-        let Ok(Some(address)) = memtrack_targets::debug_state_address(pid) else {
+    /// executable, or the loader has not been mapped yet), no `_dl_debug_state`, the
+    /// kernel's BTF lacks the fields the hook reads, or the probe could not be attached.
+    /// True as well when the process's loader is hooked already (an exec into a program
+    /// with the same loader).
+    pub(crate) fn install(&mut self, engine: &mut Engine, pid: u32) -> bool {
+        let Ok(Some(site)) = memtrack_targets::debug_state_site(pid) else {
             return false;
         };
-        let mut code = [0u8; ENDBR64_RET.len()];
-        if read_mem(pid, address, &mut code).is_err() {
-            return false;
-        }
-        let emulatable = code[0] == RET || code == ENDBR64_RET;
-        if !emulatable || write_mem(pid, address, &[INT3]).is_err() {
-            return false;
-        }
-        self.hooks.insert(
-            pid,
-            Breakpoint {
-                address,
-                original: code[0],
-            },
-        );
-        true
-    }
-
-    /// `child` was just forked from `parent`: it has a copy of its parent's memory, and
-    /// with it the parent's hook.
-    pub(crate) fn inherit(&mut self, child: u32, parent: u32) {
-        if let Some(hook) = self.hooks.get(&parent).copied() {
-            self.hooks.insert(child, hook);
+        let cookie = match cookie() {
+            Ok(cookie) => *cookie,
+            Err(reason) => {
+                self.warn_once(format_args!(
+                    "memtrack: cannot hook the dynamic loader ({reason}): libraries loaded \
+                     with dlopen after an allocator may not be counted"
+                ));
+                return false;
+            }
+        };
+        match engine.attach_ld_hook(pid, &site.object, site.file_offset, cookie) {
+            Ok(_) => true,
+            Err(e) => {
+                self.warn_once(format_args!(
+                    "memtrack: cannot hook the dynamic loader of process {pid}: {e}"
+                ));
+                false
+            }
         }
     }
 
-    /// The image of `pid` went away (it exec'd or exited), and its hook with it.
-    pub(crate) fn forget(&mut self, pid: u32) {
-        self.hooks.remove(&pid);
+    fn warn_once(&mut self, message: std::fmt::Arguments<'_>) {
+        if !self.warned {
+            self.warned = true;
+            eprintln!("{message}");
+        }
     }
 
-    /// Whether thread `tid` of process `tgid`, stopped with `signal`, stopped at its
-    /// loader's hook: then it stays stopped until [`resume`](Self::resume). None: the
-    /// stop is not the hook's (the signal is the program's, to be delivered).
-    pub(crate) fn stopped_at_hook(&self, tid: u32, tgid: u32, signal: Signal) -> Option<HookStop> {
-        if signal != Signal::SIGTRAP {
+    /// Whether thread `tid`, in a signal-delivery-stop with `signal`, stopped for the
+    /// loader hook: the hook recorded that signal for it. Then the record is cleared,
+    /// and the caller probes the process and resumes the thread with
+    /// [`HookStop::deliver`]. None: the signal is the program's, to be delivered.
+    pub(crate) fn stopped_at_hook(
+        &self,
+        engine: &mut Engine,
+        tid: u32,
+        signal: Signal,
+    ) -> Option<HookStop> {
+        if engine.ld_hook_stop(tid) != Some(signal as u32) {
             return None;
         }
-        let hook = self.hooks.get(&tgid)?;
-        let mut regs = ptrace::getregs(Pid::from_raw(tid as i32)).ok()?;
-        if regs.rip != hook.address + 1 {
-            return None;
-        }
-        // Emulate `ret`: the function does nothing else.
-        let mut return_address = [0u8; 8];
-        read_mem(tid, regs.rsp, &mut return_address).ok()?;
-        regs.rip = u64::from_ne_bytes(return_address);
-        regs.rsp += 8;
+        engine.clear_ld_hook_stop(tid);
+        // The hook's signal carries the kernel's siginfo. One of the same number that
+        // was pending already (a standard signal is queued once) carries its sender's:
+        // the hook's merged into it, and it is delivered.
+        let from_kernel = ptrace::getsiginfo(Pid::from_raw(tid as i32))
+            .is_ok_and(|info| info.si_code == SI_KERNEL);
         Some(HookStop {
-            tid,
-            after_return: regs,
+            deliver: (!from_kernel).then_some(signal),
         })
     }
 
-    /// Lets a thread stopped at the hook go on, past `_dl_debug_state`.
-    pub(crate) fn resume(&self, stop: HookStop) {
-        let p = Pid::from_raw(stop.tid as i32);
-        // Errors: the thread was killed meanwhile; its exit is reported next.
-        let _ = ptrace::setregs(p, stop.after_return);
-        let _ = ptrace::cont(p, None);
+    /// Thread `tid` exited or exec'd: a record the hook left for it is stale.
+    pub(crate) fn thread_gone(&self, engine: &mut Engine, tid: u32) {
+        engine.clear_ld_hook_stop(tid);
     }
-
-    /// Takes every hook out again (the follower is stopping: a breakpoint left behind
-    /// would kill the process at its next `dlopen`).
-    pub(crate) fn remove_all(&mut self) {
-        for (pid, hook) in self.hooks.drain() {
-            let _ = write_mem(pid, hook.address, &[hook.original]);
-        }
-    }
-}
-
-/// Reads `buf.len()` bytes of process `pid`'s memory at `address` (/proc/PID/mem: works
-/// while the tracee runs, since the follower is its tracer).
-fn read_mem(pid: u32, address: u64, buf: &mut [u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
-    mem.read_exact_at(buf, address)
-}
-
-/// Writes `bytes` into process `pid`'s memory at `address`; the kernel copies read-only
-/// text pages on write for the tracer, as for a debugger's breakpoint.
-fn write_mem(pid: u32, address: u64, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mem = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/proc/{pid}/mem"))?;
-    mem.write_all_at(bytes, address)
 }

@@ -42,29 +42,35 @@ mod detach;
 mod error;
 mod follow;
 mod kernel_stacks;
+mod hold;
 mod ld_hook;
 mod loader;
 mod output_dir;
 mod privileges;
 mod process;
 mod process_tracker;
+mod result_tree;
 mod results;
 mod shared;
 mod spawn;
 pub mod stacks;
 mod stats;
+pub mod testing;
 mod tracker;
 mod uprobe_multi;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use error::{Error, Result};
-pub use loader::{ProbeInfo, ProbePlacement, UprobeLinks};
+pub use loader::{MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes};
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
 pub use process_tracker::{ProcessTracker, TrackerControl};
-pub use results::{MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION};
+pub use result_tree::{MAX_TREE_DEPTH, ResultDir, ResultTree};
+pub use results::{
+    MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION, is_result_file_name,
+};
 pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
-pub use tracker::{MAX_LIVE_BLOCKS, Scope, Tracker, TrackerBuilder, live_map_bytes};
+pub use tracker::{Scope, Tracker, TrackerBuilder};

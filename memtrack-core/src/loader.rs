@@ -33,14 +33,34 @@ use crate::{
 static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("CARGO_MANIFEST_DIR"), "/ebpf/memtrack-ebpf.o"));
 
+/// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`](crate::TrackerBuilder::max_live_blocks)): 134,217,728
+/// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
+/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
+/// Measured on Linux 6.18 here: 2^27 blocks take about 11 GiB of kernel memory and 18 s
+/// to reserve ([`live_map_bytes`]); a machine without that much memory refuses
+/// ([`Error::LiveMap`](crate::Error::LiveMap)).
+pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
+
+/// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
+/// tracker loads: 72 bytes per preallocated entry (the kernel's element header, the
+/// 16-byte key, the 8-byte size) and 16 per hash bucket, of which there are `blocks`
+/// rounded up to a power of two. Measured here: 16,777,216 blocks, 1.49 GB.
+pub fn live_map_bytes(blocks: u32) -> u64 {
+    u64::from(blocks) * 72 + u64::from(blocks).next_power_of_two() * 16
+}
+
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
 /// raw tracepoint it runs on.
 const SYSCALL_PROGRAM: (&str, &str) = (program_names::SYS_EXIT, program_names::SYS_EXIT_TRACEPOINT);
 
-/// Both uprobe programs: the one entry program every probed function shares (it reads
-/// the arguments by the cookie's argument kind) and the one return program every
-/// allocating function shares.
-const UPROBE_PROGRAMS: [&str; 2] = [program_names::ENTRY, program_names::RETURN];
+/// The uprobe programs: the one entry program every probed function shares (it reads
+/// the arguments by the cookie's argument kind), the one return program every
+/// allocating function shares, and the loader hook (ld_hook.rs).
+const UPROBE_PROGRAMS: [&str; 3] = [
+    program_names::ENTRY,
+    program_names::RETURN,
+    program_names::LD_HOOK,
+];
 
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +134,8 @@ struct ProcessLinks {
     /// program): dropping one detaches it.
     links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
+    /// Loader hook sites attached: (object, file offset).
+    ld_hooks: Vec<(PathBuf, u64)>,
 }
 
 /// The loaded eBPF object, its maps, and the links attached per process.
@@ -123,6 +145,10 @@ pub(crate) struct Engine {
     stats: HashMap<MapData, u32, PidStats>,
     live: HashMap<MapData, LiveKey, u64>,
     global: Array<MapData, u64>,
+    /// Thread id -> the signal the loader hook stopped it with.
+    ld_hook_stops: HashMap<MapData, u32, u32>,
+    /// tgid -> loader hook hits that did not stop the thread.
+    ld_hook_misses: HashMap<MapData, u32, u64>,
     processes: BTreeMap<u32, ProcessLinks>,
     /// The syscall counter's link, owned like the uprobe links (None: not counted).
     syscall_link: Option<Detachable>,
@@ -213,6 +239,7 @@ impl Engine {
             {
                 Error::LiveMap {
                     blocks: max_live_blocks,
+                    kernel_bytes: live_map_bytes(max_live_blocks),
                     source: io_error,
                 }
             }
@@ -237,6 +264,8 @@ impl Engine {
         let stats = take_map(&mut ebpf, map_names::STATS)?;
         let live = take_map(&mut ebpf, map_names::LIVE)?;
         let global = take_map(&mut ebpf, map_names::GLOBAL)?;
+        let ld_hook_stops = take_map(&mut ebpf, map_names::LD_HOOK_STOPS)?;
+        let ld_hook_misses = take_map(&mut ebpf, map_names::LD_HOOK_MISSES)?;
         let stacks = match stacks {
             Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut ebpf, depth)?),
             None => None,
@@ -248,6 +277,8 @@ impl Engine {
             stats,
             live,
             global,
+            ld_hook_stops,
+            ld_hook_misses,
             processes: BTreeMap::new(),
             syscall_link,
             mode,
@@ -320,6 +351,95 @@ impl Engine {
         Ok(added)
     }
 
+    /// Attaches the loader hook (ld_hook.rs) at `file_offset` of `object`, scoped to
+    /// `pid`, with `cookie`. False when that site is hooked for `pid` already: a probe
+    /// scoped to a process stays with it across `execve`, so a new image with the same
+    /// loader keeps its hook.
+    pub(crate) fn attach_ld_hook(
+        &mut self,
+        pid: u32,
+        object: &Path,
+        file_offset: u64,
+        cookie: u64,
+    ) -> Result<bool> {
+        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        let site = (object.to_path_buf(), file_offset);
+        if self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| p.ld_hooks.contains(&site))
+        {
+            return Ok(false);
+        }
+        let program = program_names::LD_HOOK;
+        let attach_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Attach {
+            program: program.to_string(),
+            path: object.to_path_buf(),
+            offsets: vec![file_offset],
+            pid,
+            source,
+        };
+        let link: Detachable = match &self.mode {
+            UprobeMode::Multi(programs) => {
+                let fd = programs
+                    .get(program)
+                    .ok_or_else(|| missing_program(program))?;
+                let link = crate::uprobe_multi::attach(
+                    fd.as_fd(),
+                    object,
+                    &[file_offset],
+                    &[cookie],
+                    pid,
+                    false,
+                )
+                .map_err(|source| {
+                    if source.raw_os_error() == Some(libc::ESRCH) {
+                        Error::ProcessGone { pid }
+                    } else {
+                        attach_err(Box::new(source))
+                    }
+                })?;
+                Box::new(link)
+            }
+            UprobeMode::Perf => {
+                let prog: &mut UProbe = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or_else(|| missing_program(program))?
+                    .try_into()
+                    .map_err(program_err(program))?;
+                let id = prog
+                    .attach(
+                        UProbeAttachPoint {
+                            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+                            cookie: Some(cookie),
+                        },
+                        object,
+                        UProbeScope::OneProcess(scope_pid),
+                    )
+                    .map_err(|source| attach_err(Box::new(source)))?;
+                Box::new(prog.take_link(id).map_err(program_err(program))?)
+            }
+        };
+        // Misses are counted into an existing entry (BPF_NOEXIST: keep one the hook made).
+        let _ = self.ld_hook_misses.insert(pid, 0, 1);
+        let process = self.processes.entry(pid).or_default();
+        process.links.push(link);
+        process.ld_hooks.push(site);
+        Ok(true)
+    }
+
+    /// The signal the loader hook sent thread `tid` to stop it, if it did and the
+    /// follower has not seen that stop yet.
+    pub(crate) fn ld_hook_stop(&self, tid: u32) -> Option<u32> {
+        self.ld_hook_stops.get(&tid, 0).ok()
+    }
+
+    /// Forgets the loader hook's stop of thread `tid` (seen, or the thread is gone).
+    pub(crate) fn clear_ld_hook_stop(&mut self, tid: u32) {
+        let _ = self.ld_hook_stops.remove(&tid);
+    }
+
     /// Where the probes of `target` go, by the configured placement (cached).
     fn site(&mut self, target: &ProbeTarget) -> Site {
         let key = (target.object.clone(), target.file_offset);
@@ -390,6 +510,7 @@ impl Engine {
         }
         let _ = self.tracked.remove(&pid);
         let _ = self.stats.remove(&pid);
+        let _ = self.ld_hook_misses.remove(&pid);
         self.purge_live(pid);
     }
 
@@ -399,6 +520,11 @@ impl Engine {
         self.stats
             .insert(pid, PidStats::ZERO, 0)
             .map_err(map_err(map_names::STATS))?;
+        if self.ld_hook_misses.get(&pid, 0).is_ok() {
+            self.ld_hook_misses
+                .insert(pid, 0, 0)
+                .map_err(map_err(map_names::LD_HOOK_MISSES))?;
+        }
         self.purge_live(pid);
         if let Some(stacks) = &mut self.stacks {
             stacks.reset(pid);
@@ -431,13 +557,30 @@ impl Engine {
         }
     }
 
-    /// The raw counters of `pid`.
+    /// The raw counters of `pid`; loader hook hits that did not stop the process (see
+    /// ld_hook.rs) are among its lost events.
     pub(crate) fn read_stats(&self, pid: u32) -> Result<PidStats> {
-        match self.stats.get(&pid, 0) {
-            Ok(stats) => Ok(stats),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(PidStats::ZERO),
+        let mut stats = match self.stats.get(&pid, 0) {
+            Ok(stats) => stats,
+            Err(aya::maps::MapError::KeyNotFound) => PidStats::ZERO,
+            Err(source) => {
+                return Err(Error::Map {
+                    map: map_names::STATS,
+                    source: Box::new(source),
+                });
+            }
+        };
+        stats.lost_events += self.ld_hook_misses(pid)?;
+        Ok(stats)
+    }
+
+    /// Loader hook hits in `pid` that did not stop it.
+    fn ld_hook_misses(&self, pid: u32) -> Result<u64> {
+        match self.ld_hook_misses.get(&pid, 0) {
+            Ok(misses) => Ok(misses),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(0),
             Err(source) => Err(Error::Map {
-                map: map_names::STATS,
+                map: map_names::LD_HOOK_MISSES,
                 source: Box::new(source),
             }),
         }
@@ -706,7 +849,7 @@ mod tests {
     fn ebpf_object_has_the_maps_the_loader_takes() {
         let hash = bpf_map_type::BPF_MAP_TYPE_HASH as u32;
         let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
-        let expected: [(&str, u32, usize, usize); 5] = [
+        let expected: [(&str, u32, usize, usize); 7] = [
             (
                 map_names::TRACKED,
                 hash,
@@ -732,6 +875,18 @@ mod tests {
                 size_of::<Pending>(),
             ),
             (map_names::GLOBAL, array, size_of::<u32>(), size_of::<u64>()),
+            (
+                map_names::LD_HOOK_STOPS,
+                hash,
+                size_of::<u32>(),
+                size_of::<u32>(),
+            ),
+            (
+                map_names::LD_HOOK_MISSES,
+                hash,
+                size_of::<u32>(),
+                size_of::<u64>(),
+            ),
         ];
         let object = parsed();
         let mut names: Vec<&String> = object.maps.keys().collect();
@@ -768,7 +923,17 @@ mod tests {
         };
         assert_eq!(
             UPROBE_PROGRAMS,
-            [program_names::ENTRY, program_names::RETURN]
+            [
+                program_names::ENTRY,
+                program_names::RETURN,
+                program_names::LD_HOOK
+            ]
+        );
+        let hook = section(program_names::LD_HOOK);
+        assert!(
+            matches!(hook, ProgramSection::UProbe { sleepable: false }),
+            "{}: {hook:?}, expected a uprobe",
+            program_names::LD_HOOK
         );
         let entry = section(program_names::ENTRY);
         assert!(

@@ -194,6 +194,24 @@ impl OutputDir {
         Ok(path)
     }
 
+    /// The names of the directory's entries that `wanted` accepts, sorted (names that
+    /// are not UTF-8 are passed over), read through the handle: e.g. the results of an
+    /// earlier run, before writing new ones beside them.
+    pub fn names(&self, wanted: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+        crate::bounded_read::entry_names(&self.fd, &self.path, wanted)
+    }
+
+    /// Removes the entry `name` of the directory through the handle (`unlinkat`): a
+    /// symbolic link is removed itself, never what it points to; a directory is refused.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        let path = self.path.join(name);
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(refused(&path, "not a plain file name".to_owned()));
+        }
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())
+            .map_err(|e| output_err(&path, "remove", e))
+    }
+
     /// Removes the directory again if memtrack created it and it is still empty (a run
     /// that failed before writing anything leaves no litter). Never removes anything else.
     pub fn remove_if_unused(self) {
@@ -483,6 +501,27 @@ mod tests {
         out.write_file("1.r", b"x").unwrap();
         assert_eq!(names(&moved), ["1.r"]);
         assert!(names(&elsewhere).is_empty());
+    }
+
+    #[test]
+    fn entries_are_listed_and_removed_through_the_handle_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(canary.path(), b"canary").unwrap();
+        let out = OutputDir::open(dir.path(), None).unwrap();
+        out.write_file("1.r", b"x").unwrap();
+        out.write_file("other", b"y").unwrap();
+        symlink(canary.path(), dir.path().join("2.r")).unwrap();
+        std::fs::create_dir(dir.path().join("3.r")).unwrap();
+        let wanted = out.names(|n| n.ends_with(".r")).unwrap();
+        assert_eq!(wanted, ["1.r", "2.r", "3.r"]);
+        out.remove_file("1.r").unwrap();
+        out.remove_file("2.r").unwrap();
+        let err = out.remove_file("3.r").unwrap_err().to_string();
+        assert!(err.contains("3.r: cannot remove"), "{err}");
+        assert!(out.remove_file("../x").is_err());
+        assert_eq!(names(dir.path()), ["3.r", "other"]);
+        assert_eq!(std::fs::read(canary.path()).unwrap(), b"canary");
     }
 
     #[test]

@@ -119,6 +119,15 @@ impl ProcessTracker {
         self.shared.wait_root()
     }
 
+    /// Every tracked process as it exits, with its final counters (what
+    /// [`collect_processes`](Self::collect_processes) will report for it), e.g. to save
+    /// each result as soon as there is one. The channel ends when the tracker stops
+    /// following (it is closed or dropped). One channel at a time: calling this again
+    /// ends the earlier one. Processes that exited before the call are not sent.
+    pub fn exited_processes(&self) -> std::sync::mpsc::Receiver<TrackedProcess> {
+        self.shared.exits()
+    }
+
     /// The root's exit status if it has exited.
     pub fn try_wait(&self) -> Option<ExitStatus> {
         self.shared.root_exit()

@@ -35,6 +35,13 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
 pub const RESULT_FILE_SUFFIX: &str = ".MemtrackResult.msgpack";
 
+/// Whether `name` is the name of a result file memtrack writes
+/// (`{anything}.MemtrackResult.msgpack`, not hidden: the temporary files memtrack writes
+/// before renaming them into place start with `.`).
+pub fn is_result_file_name(name: &str) -> bool {
+    name.ends_with(RESULT_FILE_SUFFIX) && !name.starts_with('.')
+}
+
 /// The version of the memtrack library of this build (`memtrack_version` in what it
 /// writes).
 fn this_version() -> String {
@@ -145,9 +152,8 @@ impl MemtrackResult {
     /// refused: symbolic links are not followed, FIFOs and devices not opened, larger
     /// files not read. Fails only if `dir` itself cannot be read.
     pub fn scan_dir(dir: &Path) -> Result<ResultScan> {
-        let is_result = |name: &str| name.ends_with(RESULT_FILE_SUFFIX) && !name.starts_with('.');
         let mut scan = ResultScan::default();
-        for file in bounded_read::read_files(dir, is_result, MAX_RESULT_FILE_BYTES)? {
+        for file in bounded_read::read_files(dir, is_result_file_name, MAX_RESULT_FILE_BYTES)? {
             match file.bytes.and_then(|b| Self::from_bytes(&b, &file.path)) {
                 Ok(result) => scan.results.push(result),
                 Err(e) => scan.refused.push(e),

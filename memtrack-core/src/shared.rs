@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     enabled: AtomicBool,
     root_end: Mutex<RootEnd>,
     root_end_cv: Condvar,
+    /// Where each exited process goes (see [`exits`](Self::exits)).
+    exits: Mutex<Option<std::sync::mpsc::Sender<TrackedProcess>>>,
 }
 
 /// What is known of the root process's end.
@@ -70,7 +72,35 @@ impl Shared {
             enabled: AtomicBool::new(enabled),
             root_end: Mutex::new(RootEnd::Running),
             root_end_cv: Condvar::new(),
+            exits: Mutex::new(None),
         }
+    }
+
+    /// A channel that receives every tracked process as it exits, with its final
+    /// counters; it ends when the follower ends. One at a time: a new call replaces
+    /// (and so ends) the earlier channel.
+    pub(crate) fn exits(&self) -> std::sync::mpsc::Receiver<TrackedProcess> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        *self.exits.lock() = Some(tx);
+        rx
+    }
+
+    /// Process `pid` exited and its record holds its final counters: hands it to the
+    /// [`exits`](Self::exits) channel, if one is open.
+    pub(crate) fn process_exited(&self, pid: u32) {
+        let exits = self.exits.lock();
+        let Some(tx) = exits.as_ref() else {
+            return;
+        };
+        let Some(record) = self.registry.lock().get(&pid).cloned() else {
+            return;
+        };
+        let stats = record
+            .final_stats
+            .map(|raw| self.stats(&raw))
+            .unwrap_or_default();
+        // A receiver that is gone wants no more.
+        let _ = tx.send(record.report(stats));
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -176,6 +206,7 @@ impl Shared {
     /// The follower thread ended (for `reason`): if the root was still running, a
     /// waiter learns that its exit will not be seen.
     pub(crate) fn follower_ended(&self, reason: String) {
+        drop(self.exits.lock().take());
         let mut end = self.root_end.lock();
         if matches!(*end, RootEnd::Running) {
             *end = RootEnd::Unfollowed(reason);

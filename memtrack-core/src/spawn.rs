@@ -1,12 +1,15 @@
-//! Starts a command held stopped before its `execve`, so probes can be in place before
-//! its first instruction runs.
+//! Starts a command held before its `execve`, so probes can be in place before its
+//! first instruction runs.
 //!
 //! `std::process::Command::spawn` cannot do this: it waits until the child has exec'd,
-//! so a child that stops itself first deadlocks it (docs/ebpf-toolchain.md). The
-//! child here stops itself with SIGSTOP right after `fork`; the tracer seizes it with
-//! ptrace, continues it, and sees the exec as a ptrace event. Nothing the child does
-//! between `fork` and `execve` allocates (everything is prepared before the fork), so
-//! no allocation of the launcher is counted against the command.
+//! so a child that waits first deadlocks it (docs/ebpf-toolchain.md). The child here
+//! waits, right before `execve`, for one byte on a pipe whose write end only the tracer
+//! holds; the tracer seizes it with ptrace, writes the byte, and sees the exec as a
+//! ptrace event. If memtrack dies before that, the pipe reads end-of-file and the child
+//! execs the command anyway, untracked: a child held by a SIGSTOP (what this did
+//! before) would stay stopped for good. Nothing the child does between `fork` and
+//! `execve` allocates (everything is prepared before the fork), so no allocation of the
+//! launcher is counted against the command.
 
 use std::{
     ffi::{CString, OsStr, OsString},
@@ -133,13 +136,25 @@ pub(crate) fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> Opti
 /// Most file descriptors [`CommandSpec::fd`] can hand over.
 const MAX_FDS: usize = 16;
 
-/// A forked child, stopped (or about to stop) with SIGSTOP before its exec.
-pub(crate) struct StoppedChild {
+/// A forked child, waiting for [`HeldChild::release`] before its exec.
+pub(crate) struct HeldChild {
     /// The child's pid.
     pub pid: Pid,
     /// Read end of the exec-error pipe: empty at EOF when exec succeeded, 4 bytes of
     /// errno when it failed.
     pub exec_error: OwnedFd,
+    /// Write end of the pipe the child waits on (None once released).
+    go: Option<OwnedFd>,
+}
+
+impl HeldChild {
+    /// Lets the child go on to its exec (once it is seized).
+    pub(crate) fn release(&mut self) {
+        if let Some(go) = self.go.take() {
+            // An error (the child is gone) shows as its exit, seen next.
+            let _ = nix::unistd::write(&go, &[1u8]);
+        }
+    }
 }
 
 fn cstring(s: &OsStr, what: &str, command: &str) -> Result<CString> {
@@ -149,9 +164,10 @@ fn cstring(s: &OsStr, what: &str, command: &str) -> Result<CString> {
     })
 }
 
-/// Forks the command; the child raises SIGSTOP before `execve`. Must be called on the
-/// thread that will trace it (it becomes that thread's child).
-pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
+/// Forks the command; the child waits for [`HeldChild::release`] (or for this process
+/// to end) before `execve`. Must be called on the thread that will trace it (it becomes
+/// that thread's child).
+pub(crate) fn fork_held(spec: &CommandSpec) -> Result<HeldChild> {
     let command = spec.program.to_string_lossy().into_owned();
     if spec.fds.len() > MAX_FDS {
         return Err(Error::Spawn {
@@ -213,6 +229,10 @@ pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
         command: command.clone(),
         reason: format!("pipe: {e}"),
     })?;
+    let (go_read, go_write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Spawn {
+        command: command.clone(),
+        reason: format!("pipe: {e}"),
+    })?;
 
     // SAFETY: the child only makes async-signal-safe calls (no allocation, no locks)
     // before execve or _exit.
@@ -228,10 +248,13 @@ pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
                 libc::write(fd, bytes.as_ptr().cast(), bytes.len());
                 libc::_exit(127)
             };
+            // Only the tracer may hold the write end: end-of-file must mean it is gone.
+            libc::close(go_write.as_raw_fd());
             // Move every fd we still need above the targets first, so no mapping can
             // clobber another's source (or the error pipe).
             let wfd = libc::fcntl(err_write.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64);
-            if wfd < 0 {
+            let gofd = libc::fcntl(go_read.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64);
+            if wfd < 0 || gofd < 0 {
                 libc::_exit(127);
             }
             let mut high = [-1i32; MAX_FDS];
@@ -266,15 +289,23 @@ pub(crate) fn fork_stopped(spec: &CommandSpec) -> Result<StoppedChild> {
                     fail(wfd);
                 }
             }
-            libc::raise(libc::SIGSTOP);
+            // Wait for the tracer: a byte once it has seized this process, end-of-file
+            // if it died first (then run the command untracked).
+            let mut byte = 0u8;
+            while libc::read(gofd, (&raw mut byte).cast(), 1) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            libc::close(gofd);
             libc::execve(c_program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
             fail(wfd)
         },
         Ok(ForkResult::Parent { child }) => {
             drop(err_write);
-            Ok(StoppedChild {
+            drop(go_read);
+            Ok(HeldChild {
                 pid: child,
                 exec_error: err_read,
+                go: Some(go_write),
             })
         }
     }

@@ -11,29 +11,13 @@ use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, TrackState};
 use crate::{
     error::{Error, Result},
     follow::Root,
-    loader::{Engine, ProbeInfo, ProbePlacement, UprobeLinks},
+    loader::{Engine, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
     shared::Shared,
     spawn::CommandSpec,
     stats::Stats,
 };
-
-/// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`]): 134,217,728
-/// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
-/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
-/// Measured on Linux 6.18 here: 2^27 blocks take about 11 GiB of kernel memory and 18 s
-/// to reserve ([`live_map_bytes`]); a machine without that much memory refuses
-/// ([`Error::LiveMap`]).
-pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
-
-/// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
-/// tracker loads: 72 bytes per preallocated entry (the kernel's element header, the
-/// 16-byte key, the 8-byte size) and 16 per hash bucket, of which there are `blocks`
-/// rounded up to a power of two. Measured here: 16,777,216 blocks, 1.49 GB.
-pub fn live_map_bytes(blocks: u32) -> u64 {
-    u64::from(blocks) * 72 + u64::from(blocks).next_power_of_two() * 16
-}
 
 /// Which calls of the calling process a [`Tracker`] counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,7 +57,7 @@ impl Default for TrackerBuilder {
 impl TrackerBuilder {
     /// Capacity of the kernel's live-block map, shared by all tracked processes: 1 to
     /// [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576, which reserves about 88 MiB of kernel
-    /// memory when the tracker loads, [`live_map_bytes`]). A full map is counted in
+    /// memory when the tracker loads, [`live_map_bytes`](crate::live_map_bytes)). A full map is counted in
     /// `lost_events`, never silent. A capacity out of range makes building the tracker
     /// fail with [`Error::MaxLiveBlocks`].
     pub fn max_live_blocks(mut self, blocks: u32) -> Self {
@@ -156,6 +140,7 @@ impl TrackerBuilder {
     /// process it starts is followed and tracked with its own counters. Counting starts
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
+        crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
         ProcessTracker::follow(shared, Root::Spawn(command.into()))
     }
@@ -173,6 +158,7 @@ impl TrackerBuilder {
                 "attach_pid cannot track the calling process; use Tracker::new",
             ));
         }
+        crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
         ProcessTracker::follow(shared, Root::Attach(pid))
     }

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
-    TrackState, global,
+    TrackState, global, ld_hook,
     stacks::{KernelStackCounts, ProcessMappings, StackKey},
     unwind::UnwindRow,
 };
@@ -74,3 +74,14 @@ pub static LIVE_STACK: HashMap<LiveKey, u32> = HashMap::with_max_entries(1, 0);
 /// The stack being unwound on this CPU (too large for the 512-byte BPF stack).
 #[map]
 pub static STACK_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(1, 0);
+/// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
+/// deletes the entry when the thread stops with that signal. Preallocated: the hook
+/// inserts into it.
+#[map]
+pub static LD_HOOK_STOPS: HashMap<u32, u32> = HashMap::with_max_entries(ld_hook::MAX_STOPS, 0);
+
+/// tgid -> times the loader hook fired in the process without stopping the thread
+/// (ld_hook.rs). Inserted (zeroed) by user space when it hooks a process.
+#[map]
+pub static LD_HOOK_MISSES: HashMap<u32, u64> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);

@@ -5,9 +5,9 @@
 //! each new allocator after it is mapped and before its code runs. glibc's and musl's
 //! loaders call the empty function `_dl_debug_state` (the `r_brk` of `struct r_debug`,
 //! the hook debuggers break on) after mapping and before running initializers, both at
-//! startup and in `dlopen`. A breakpoint there gives exactly that moment.
+//! startup and in `dlopen`. A probe there gives exactly that moment.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, Sym};
@@ -18,9 +18,22 @@ use crate::{Error, MappingKind, maps::read_maps};
 /// The loader hook's name.
 pub const DEBUG_STATE_SYMBOL: &str = "_dl_debug_state";
 
-/// The runtime address of `_dl_debug_state` in process `pid`, if a dynamic loader that
-/// defines it is mapped (None for static executables and unknown loaders).
-pub fn debug_state_address(pid: u32) -> Result<Option<u64>, Error> {
+/// Where `_dl_debug_state` is in one process: the loader's file and the function's
+/// file offset (what a uprobe attaches to), and its runtime address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebugStateSite {
+    /// The dynamic loader's file, as memtrack reads it (below `/proc/PID/root` when the
+    /// process's path names another file here; see [`read_maps`]).
+    pub object: PathBuf,
+    /// File offset of the function's first byte in `object`.
+    pub file_offset: u64,
+    /// The function's address in the process.
+    pub address: u64,
+}
+
+/// Where `_dl_debug_state` is in process `pid`, if a dynamic loader that defines it is
+/// mapped (None for static executables and unknown loaders).
+pub fn debug_state_site(pid: u32) -> Result<Option<DebugStateSite>, Error> {
     let lines = read_maps(pid)?;
     let mut seen: Vec<&Path> = Vec::new();
     for line in &lines {
@@ -49,10 +62,19 @@ pub fn debug_state_address(pid: u32) -> Result<Option<u64>, Error> {
                 && file_offset < l.offset + (l.end - l.start)
         });
         if let Some(l) = covering {
-            return Ok(Some(l.start + (file_offset - l.offset)));
+            return Ok(Some(DebugStateSite {
+                object: path.clone(),
+                file_offset,
+                address: l.start + (file_offset - l.offset),
+            }));
         }
     }
     Ok(None)
+}
+
+/// The runtime address of `_dl_debug_state` in process `pid` (see [`debug_state_site`]).
+pub fn debug_state_address(pid: u32) -> Result<Option<u64>, Error> {
+    Ok(debug_state_site(pid)?.map(|site| site.address))
 }
 
 /// The file offset of a defined function symbol of the ELF file at `path`, looked up in
@@ -119,6 +141,17 @@ mod tests {
         assert!(
             first == 0xc3 || first == 0xf3,
             "byte {first:#x} at {address:#x}"
+        );
+        // The file offset a uprobe attaches at holds the same byte in the file.
+        let site = debug_state_site(std::process::id()).unwrap().unwrap();
+        assert_eq!(site.address, address);
+        let file = std::fs::read(&site.object).unwrap();
+        assert_eq!(
+            file[site.file_offset as usize],
+            first,
+            "{} at {:#x}",
+            site.object.display(),
+            site.file_offset
         );
     }
 

@@ -74,6 +74,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// The kernel's BTF could not be parsed, or lacks a structure field memtrack needs.
+    #[error("BTF {}: {reason}", .path.display())]
+    Btf {
+        /// The BTF file (`/sys/kernel/btf/vmlinux`).
+        path: PathBuf,
+        /// What was wrong or missing.
+        reason: String,
+    },
+
     /// A symbol's address lies in no `PT_LOAD` segment that has file data, so
     /// it has no file offset a uprobe could be attached at.
     #[error(

@@ -13,6 +13,8 @@
 //! - [`process`]: both together for a running process.
 //! - [`probe_site`]: the cheapest instruction for the entry probe.
 //! - [`unwind`]: unwind tables from `.eh_frame` for the in-kernel stack unwinder.
+//! - [`dynamic_loader`]: where the loader's hook for debuggers (`_dl_debug_state`) is.
+//! - [`btf`]: offsets of the kernel's structure fields an eBPF program reads.
 //!
 //! # Example
 //!
@@ -41,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc_fn;
+pub mod btf;
 pub mod dynamic_loader;
 pub mod elf;
 mod error;
@@ -50,7 +53,8 @@ pub mod process;
 pub mod unwind;
 
 pub use alloc_fn::{AllocFn, Kind};
-pub use dynamic_loader::debug_state_address;
+pub use btf::task_signal_offsets;
+pub use dynamic_loader::{DebugStateSite, debug_state_address, debug_state_site};
 pub use elf::{
     LoadSegment, ProbeTarget, allocator_targets, function_bytes, has_interpreter, load_segments,
     vaddr_to_file_offset,

@@ -12,24 +12,14 @@ use std::{
     process::Command,
 };
 
-/// Gate for tests that need eBPF. Privileged (root, or CAP_BPF+CAP_PERFMON): true.
-/// Otherwise the test says so on the terminal (written to fd 2 directly, which the
-/// test harness does not capture) and the caller returns; with
-/// `MEMTRACK_REQUIRE_PRIVILEGED=1` (CI sets it, as root) it fails instead, because
-/// there a skip would hide a failure.
+/// Gate for tests that need eBPF: [`memtrack::testing::privileged_or_skip`], the one
+/// implementation memtrack's users get too. Privileged (root, or CAP_BPF+CAP_PERFMON):
+/// true. Otherwise the test says `TEST: skipped: no CAP_BPF/CAP_PERFMON (...)` on the
+/// terminal (written to fd 2 directly, which the test harness does not capture) and the
+/// caller returns; with `MEMTRACK_REQUIRE_PRIVILEGED=1` (CI sets it, as root) it fails
+/// instead, because there a skip would hide a failure.
 pub fn require_privileges(test: &str) -> bool {
-    if memtrack::can_track() {
-        return true;
-    }
-    let message = format!(
-        "SKIPPED {test}: needs root or CAP_BPF+CAP_PERFMON (run the suite as root: \
-         sudo scripts/test.sh)"
-    );
-    if std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    let _ = writeln!(std::io::stderr(), "{message}");
-    false
+    memtrack::testing::privileged_or_skip(test)
 }
 
 /// Whether this test process runs as root (tests that switch to user `nobody` need it).

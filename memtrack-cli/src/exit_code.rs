@@ -1,0 +1,107 @@
+//! The exit codes of `memtrack`, in one place: the binary exits with these, `memtrack
+//! --help` lists them ([`HELP`]), README's "Exit codes" explains them.
+//!
+//! memtrack's own codes sit in 201-203, where no common program's code does: 0-2 are
+//! everyone's success, failure and usage error, 126 and 127 the shell's "cannot execute"
+//! and "not found", 129-192 a signal (128 + its number, at most 64), 255 `exit(-1)`. A
+//! command can still exit 201 itself: to tell for certain, read the command's exit
+//! from the results (`exit_code` of its process in the JSON report).
+
+/// Everything went well (`report`, `diff`), or the command exited 0 (`run`).
+pub const SUCCESS: u8 = 0;
+
+/// `memtrack run`: the command was not found (as a shell says it).
+pub const COMMAND_NOT_FOUND: u8 = 127;
+
+/// memtrack itself failed: a usage error, missing privileges, a results directory it
+/// refuses (`-o` holding earlier results without `--replace`), results it cannot read or
+/// write, a limit it cannot check.
+pub const MEMTRACK_FAILED: u8 = 201;
+
+/// Events were lost, so some numbers are not exact (`lost_events` is not 0), and
+/// `--fail-on-lost` was given.
+pub const LOST_EVENTS: u8 = 202;
+
+/// A limit was exceeded: a `--limit` (`run`, `report`), or a `--max-increase` (`diff`).
+pub const LIMIT_EXCEEDED: u8 = 203;
+
+/// The exit codes, for `memtrack --help`.
+pub const HELP: &str = "\
+Exit codes:
+  N    memtrack run: the command's own exit code (128 + S when signal S killed it)
+  127  memtrack run: the command was not found
+  201  memtrack itself failed (usage, privileges, a results directory holding earlier
+       results without --replace, results that cannot be read or written)
+  202  events were lost (numbers not exact) and --fail-on-lost was given
+  203  a limit was exceeded (--limit; memtrack diff --max-increase)
+201 wins over everything; then a failing command's code; then 203; then 202.";
+
+/// What decides the exit code of a command that ran: its own code, and what memtrack
+/// found in its results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The command's exit code (0-255; 128 + signal), or 0 for `memtrack report`.
+    pub command: u8,
+    /// Some limit was exceeded.
+    pub limit_exceeded: bool,
+    /// Events were lost and `--fail-on-lost` was given.
+    pub lost_is_failure: bool,
+}
+
+impl Outcome {
+    /// The exit code: a failing command's own code first (its failure is what happened;
+    /// memtrack's findings are on stderr), then [`LIMIT_EXCEEDED`], then
+    /// [`LOST_EVENTS`], else 0.
+    pub fn code(self) -> u8 {
+        if self.command != SUCCESS {
+            self.command
+        } else if self.limit_exceeded {
+            LIMIT_EXCEEDED
+        } else if self.lost_is_failure {
+            LOST_EVENTS
+        } else {
+            SUCCESS
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_command_wins_then_limits_then_lost_events() {
+        let all = Outcome {
+            command: 3,
+            limit_exceeded: true,
+            lost_is_failure: true,
+        };
+        assert_eq!(all.code(), 3);
+        let ok_command = Outcome { command: 0, ..all };
+        assert_eq!(ok_command.code(), LIMIT_EXCEEDED);
+        let lost_only = Outcome {
+            limit_exceeded: false,
+            ..ok_command
+        };
+        assert_eq!(lost_only.code(), LOST_EVENTS);
+        assert_eq!(Outcome::default().code(), SUCCESS);
+    }
+
+    #[test]
+    fn memtracks_codes_are_none_a_program_or_a_signal_commonly_gives() {
+        for code in [MEMTRACK_FAILED, LOST_EVENTS, LIMIT_EXCEEDED] {
+            assert!(code > 128 + 64 && code != 255, "{code}");
+        }
+        for code in [
+            MEMTRACK_FAILED,
+            LOST_EVENTS,
+            LIMIT_EXCEEDED,
+            COMMAND_NOT_FOUND,
+        ] {
+            assert!(
+                HELP.contains(&format!("  {code}  ")),
+                "{code} not in the help"
+            );
+        }
+    }
+}
