@@ -180,6 +180,14 @@ impl TrackerControl {
         })
     }
 
+    /// The stacks of `pid` now (or when it exited): `None` unless built with
+    /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks). Each process's
+    /// stacks stay readable after it exited, so the receiver of
+    /// [`ProcessTracker::exited_processes`] can write them.
+    pub fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
+        self.shared.engine.lock().stacks(pid)
+    }
+
     /// Zeroes one process's counters and forgets its live blocks.
     pub fn reset_process(&self, pid: u32) -> Result<()> {
         self.shared.reset_process(pid)
