@@ -12,6 +12,7 @@ use crate::{
     error::{Error, Result},
     follow::Root,
     loader::{Engine, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
+    output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
     shared::Shared,
@@ -278,6 +279,25 @@ impl Tracker {
     /// [`TrackerBuilder::stacks`].
     pub fn stacks(&self) -> Option<crate::stacks::ProcessStacks> {
         self.shared.engine.lock().stacks(self.pid)
+    }
+
+    /// Writes this process's stacks file into `out` (`{pid}.MemtrackStacks.msgpack`,
+    /// [`stacks_file_name`](crate::stacks::stacks_file_name), beside where its result
+    /// file goes), as result files are written: a temporary file created through the
+    /// directory's handle, renamed into place. Returns its path; `None`, writing
+    /// nothing, unless built with [`TrackerBuilder::stacks`]. The stacks' scope spans
+    /// from the tracker's start to now (`CLOCK_MONOTONIC` ns).
+    pub fn write_stacks(&self, out: &OutputDir) -> Result<Option<std::path::PathBuf>> {
+        let Some(mut stacks) = self.stacks() else {
+            return Ok(None);
+        };
+        stacks.process.start_ns = self.process()?.started_ns;
+        stacks.process.end_ns = crate::monotonic_ns();
+        out.write_file(
+            &crate::stacks::stacks_file_name(self.pid),
+            &stacks.to_bytes(),
+        )
+        .map(Some)
     }
 
     /// The probes attached to this process (what was measured).

@@ -6,8 +6,8 @@
 use std::{path::Path, process::Command};
 
 use memtrack::{
-    CommandSpec, Tracker,
-    stacks::{ProcessStacks, StackCounts, StackEnd},
+    CommandSpec, OutputDir, Scope, Tracker,
+    stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
 };
 use memtrack_test_support::{repo_dir, require_privileges};
 use object::{Object, ObjectSymbol};
@@ -160,4 +160,47 @@ fn stacks_are_off_by_default() {
         .unwrap();
     tracker.wait().unwrap();
     assert!(tracker.stacks(tracker.pid()).is_none());
+}
+
+/// The in-process tracker writes its stacks file through an `OutputDir`: what it holds
+/// is what `Tracker::stacks` reads, and it adds up to the counters (one block of 1,000
+/// bytes, freed).
+#[test]
+fn in_process_tracker_writes_its_stacks_file() {
+    if !require_privileges("in_process_tracker_writes_its_stacks_file") {
+        return;
+    }
+    let mut tracker = Tracker::builder().stacks(16).build(Scope::Thread).unwrap();
+    tracker.start().unwrap();
+    let v: Vec<u8> = Vec::with_capacity(std::hint::black_box(1000));
+    drop(std::hint::black_box(v));
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        (stats.alloc_calls, stats.bytes_allocated, stats.free_calls),
+        (1, 1000, 1)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutputDir::open(dir.path(), None).unwrap();
+    let path = tracker.write_stacks(&out).unwrap().expect("stacks are on");
+    assert_eq!(path, dir.path().join(stacks_file_name(std::process::id())));
+    let written: ProcessStacks = rmp_serde::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut read = tracker.stacks().unwrap();
+    assert!(written.process.start_ns > 0 && written.process.end_ns > written.process.start_ns);
+    read.process.start_ns = written.process.start_ns;
+    read.process.end_ns = written.process.end_ns;
+    assert_eq!(written, read);
+    assert_eq!(written.process.entries.len(), 1, "{written:#?}");
+    let total = written.process.total();
+    assert_eq!(
+        (
+            total.alloc_blocks,
+            total.alloc_bytes,
+            total.freed_blocks,
+            total.freed_bytes
+        ),
+        (1, 1000, 1, 1000)
+    );
+    let without = Tracker::builder().build(Scope::Thread).unwrap();
+    assert_eq!(without.write_stacks(&out).unwrap(), None);
 }
