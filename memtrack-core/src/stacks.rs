@@ -463,6 +463,41 @@ mod tests {
     }
 
     #[test]
+    fn stacks_file_names_are_pid_and_suffix() {
+        assert_eq!(stacks_file_name(42), "42.MemtrackStacks.msgpack");
+        assert!(is_stacks_file_name("42.MemtrackStacks.msgpack"));
+        for name in [
+            ".MemtrackStacks.msgpack",
+            "x1.MemtrackStacks.msgpack",
+            "42.MemtrackResult.msgpack",
+            "42.MemtrackStacks.msgpack.tmp",
+        ] {
+            assert!(!is_stacks_file_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn incomplete_counts_blocks_by_how_their_stack_ended() {
+        let mut stacks = sample();
+        stacks.stacks.push(Stack {
+            frames: vec![Frame::returning_to(Some(0), 0x1300)],
+            end: StackEnd::Truncated,
+        });
+        stacks.process.entries.push(StackEntry {
+            stack: 2,
+            counts: counts(4, 40),
+        });
+        assert_eq!(
+            stacks.incomplete(),
+            IncompleteStacks {
+                truncated_blocks: 4,
+                unknown_blocks: 3,
+                lost_blocks: 1,
+            }
+        );
+    }
+
+    #[test]
     fn totals_add_entries_and_lost() {
         let total = sample().process.total();
         assert_eq!((total.alloc_blocks, total.alloc_bytes), (14, 1467));
