@@ -196,9 +196,11 @@ fn size_bucket(size: u64) -> usize {
     n + 1
 }
 
-/// A block of `size` requested bytes was handed out at `addr` by `func`.
+/// A block of `size` requested bytes was handed out at `addr` by `func`, from stack
+/// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
 #[inline(always)]
-pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size: u64) {
+pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr: u64, size: u64) {
+    crate::unwind::charge_alloc(stats, tgid, stack, addr, size);
     let key = LiveKey {
         tgid,
         _pad: 0,
@@ -224,10 +226,13 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size:
         match atomics::add_fetch(live, size) {
             Some(now_live) => {
                 match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live) {
-                    Some(true) => core::ptr::write_volatile(
-                        &raw mut (*stats).peak_time_ns,
-                        bpf_ktime_get_ns(),
-                    ),
+                    Some(true) => {
+                        core::ptr::write_volatile(
+                            &raw mut (*stats).peak_time_ns,
+                            bpf_ktime_get_ns(),
+                        );
+                        atomics::add(&raw mut (*stats).peak_epoch, 1);
+                    }
                     Some(false) => {}
                     None => atomics::add(&raw mut (*stats).lost_events, 1),
                 }
@@ -308,6 +313,7 @@ pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u
     match take_live(tgid, ptr) {
         Some(size) => {
             count_call(stats, func);
+            crate::unwind::charge_release(stats, tgid, ptr, size);
             record_release(stats, Some(func), size);
             let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
         }

@@ -4,11 +4,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
     TrackState, global, ld_hook,
+    stacks::{KernelStackCounts, ProcessMappings, StackKey},
+    unwind::UnwindRow,
 };
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
@@ -68,6 +70,32 @@ pub struct FreeMark {
     pub entry_sp: u64,
 }
 
+/// Every loaded object's unwind rows, one array shared by all objects and processes
+/// (each mapping names its object's extent). Sized by user space (1 entry with stacks
+/// off).
+#[map]
+pub static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, 0);
+
+/// tgid -> the process's executable mappings. Written by user space.
+#[map]
+pub static MAPPINGS: HashMap<u32, ProcessMappings> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
+
+/// A stack's frames -> its id. Sized by user space.
+#[map]
+pub static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(1, 0);
+
+/// (tgid, stack id) -> that stack's counters in that process. Sized by user space.
+#[map]
+pub static STACK_COUNTS: HashMap<u64, KernelStackCounts> = HashMap::with_max_entries(1, 0);
+
+/// (tgid, address) -> stack id of a live block (stacks on only). Sized by user space.
+#[map]
+pub static LIVE_STACK: HashMap<LiveKey, u32> = HashMap::with_max_entries(1, 0);
+
+/// The stack being unwound on this CPU (too large for the 512-byte BPF stack).
+#[map]
+pub static STACK_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(1, 0);
 /// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
 /// deletes the entry when the thread stops with that signal. Preallocated: the hook
 /// inserts into it.
