@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! memtrack run [-o DIR [--replace]] [--json FILE|-] [--probes] [--max-live-blocks N]
-//!              [--no-syscalls] [--limit LIMIT]... [--limits FILE] [--fail-on-lost] -- CMD [ARGS...]
+//!              [--no-syscalls] [--stacks[=DEPTH]] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
+//!              -- CMD [ARGS...]
 //! memtrack report DIR [--json] [--probes] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
 //! memtrack report --stacks DIR [--top N] [--benchmark URI] [--dhat FILE] [--pprof FILE]
 //!                 [--flamegraph-dir DIR]
@@ -101,6 +102,19 @@ enum Command {
         /// call on the machine while the command runs (about 27 ns each here).
         #[arg(long)]
         no_syscalls: bool,
+        /// Record the call stack of every allocation, unwound in the kernel, at most
+        /// DEPTH frames (1 to 16, the default; deeper stacks are cut and marked
+        /// truncated). Each process's stacks go beside its result
+        /// ({pid}.MemtrackStacks.msgpack), for `memtrack report --stacks`.
+        #[arg(
+            long,
+            value_name = "DEPTH",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "16",
+            value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::stacks::MAX_DEPTH))
+        )]
+        stacks: Option<u32>,
         #[command(flatten)]
         checks: Checks,
         /// The command and its arguments (after `--`).
@@ -213,6 +227,7 @@ fn main() -> ExitCode {
             probes,
             max_live_blocks,
             no_syscalls,
+            stacks,
             checks,
             cmd,
         } => {
@@ -224,6 +239,7 @@ fn main() -> ExitCode {
                 max_live_blocks,
                 no_syscalls,
                 replace,
+                stacks,
             };
             run(options, json.as_deref(), probes, &checks, cmd)
         }
@@ -400,6 +416,15 @@ fn run(
             outcome.unattributed_lost_events
         );
     }
+    for (pid, stacks) in &outcome.stacks {
+        eprintln!("memtrack: {}", stacks_line(*pid, stacks));
+    }
+    for skipped in &outcome.stacks_skipped {
+        eprintln!(
+            "memtrack: stacks of process {} not written: {}",
+            skipped.pid, skipped.reason
+        );
+    }
     let options = TextOptions::with_probe_sites(probes);
     eprint!(
         "{}",
@@ -416,6 +441,24 @@ fn run(
         &dirs,
         outcome.unattributed_lost_events,
         command,
+    )
+}
+
+/// What `memtrack run --stacks` says of one process's stacks: how many, where, and how
+/// many blocks have an incomplete stack (always said, zeros too, so that a stack cut
+/// short is never silent).
+fn stacks_line(pid: u32, stacks: &memtrack::stacks::ProcessStacks) -> String {
+    let incomplete = stacks.incomplete();
+    format!(
+        "stacks of process {pid}: {} stack(s) (depth limit {}) in {}; blocks with an \
+         incomplete stack: {} cut at the depth limit, {} at a frame without unwind \
+         information, {} lost (stack map full)",
+        stacks.stacks.len(),
+        stacks.depth_limit,
+        memtrack::stacks::stacks_file_name(pid),
+        incomplete.truncated_blocks,
+        incomplete.unknown_blocks,
+        incomplete.lost_blocks,
     )
 }
 

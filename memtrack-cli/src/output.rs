@@ -7,10 +7,12 @@ use memtrack::OutputDir;
 use crate::error::{Error, Result};
 
 /// Whether `name` is a file `memtrack run` writes into a results directory: a result
-/// (`{pid}.MemtrackResult.msgpack`) or the markers of the integrations
-/// (`MarkerResult.msgpack`).
+/// (`{pid}.MemtrackResult.msgpack`), a process's stacks (`{pid}.MemtrackStacks.msgpack`)
+/// or the markers of the integrations (`MarkerResult.msgpack`).
 pub fn is_memtrack_file(name: &str) -> bool {
-    memtrack::is_result_file_name(name) || name == fifo_protocol::MARKER_RESULT_FILE_NAME
+    memtrack::is_result_file_name(name)
+        || memtrack::stacks::is_stacks_file_name(name)
+        || name == fifo_protocol::MARKER_RESULT_FILE_NAME
 }
 
 /// Makes `out` ready for a new run: with no files of memtrack's in it, nothing to do;
@@ -47,6 +49,7 @@ mod tests {
         assert_eq!(prepare(&out, false).unwrap(), 0);
         for name in [
             "7.MemtrackResult.msgpack",
+            "7.MemtrackStacks.msgpack",
             "MarkerResult.msgpack",
             "notes.txt",
         ] {
@@ -56,13 +59,13 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "results directory {} already holds the results of an earlier run (2 files, \
+                "results directory {} already holds the results of an earlier run (3 files, \
                  7.MemtrackResult.msgpack first): give a new directory, or --replace to \
                  remove them first",
                 dir.path().display()
             )
         );
-        assert_eq!(prepare(&out, true).unwrap(), 2);
+        assert_eq!(prepare(&out, true).unwrap(), 3);
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())

@@ -13,7 +13,9 @@
 //!
 //! Each process's result file is written as soon as the process exits (the others at
 //! the end), so a memtrack that is killed keeps the results of every process that had
-//! exited.
+//! exited. With [`RunOptions::stacks`], each process's stacks file
+//! (`{pid}.MemtrackStacks.msgpack`, [`memtrack::stacks`]) is written beside its result,
+//! at the same moments and through the same directory handle.
 
 use std::{
     collections::HashMap,
@@ -29,6 +31,7 @@ use fifo_protocol::{Command, FifoRunner, IntegrationMode, LogSummary, MarkerResu
 use memtrack::{
     BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats,
     TrackedProcess, Tracker, TrackerControl,
+    stacks::{ProcessStacks, stacks_file_name},
 };
 
 use crate::error::{Error, Result};
@@ -53,6 +56,11 @@ pub struct RunOptions {
     /// Do not count mmap/munmap/brk (see
     /// [`TrackerBuilder::count_syscalls`](memtrack::TrackerBuilder::count_syscalls)).
     pub no_syscalls: bool,
+    /// Record every allocation's call stack, at most this many frames (1 to
+    /// [`memtrack::stacks::MAX_DEPTH`]; see
+    /// [`TrackerBuilder::stacks`](memtrack::TrackerBuilder::stacks)), and write each
+    /// process's stacks file beside its result. None: no stacks.
+    pub stacks: Option<u32>,
 }
 
 /// What a run produced.
@@ -71,7 +79,30 @@ pub struct RunOutcome {
     pub dir: PathBuf,
     /// Events no process could be charged with (0: none lost).
     pub unattributed_lost_events: u64,
+    /// With [`RunOptions::stacks`]: each process's stacks as written to `dir`, by pid
+    /// (empty without stacks, and for processes that marked benchmark regions: see
+    /// [`StacksSkipped`]).
+    pub stacks: Vec<(u32, ProcessStacks)>,
+    /// With [`RunOptions::stacks`]: the processes whose stacks were not written, and
+    /// why.
+    pub stacks_skipped: Vec<StacksSkipped>,
 }
+
+/// A process whose stacks `memtrack run --stacks` did not write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StacksSkipped {
+    /// The process.
+    pub pid: u32,
+    /// Why, as a sentence.
+    pub reason: String,
+}
+
+/// Why the stacks of a process that marked benchmark regions are not written: the
+/// kernel's per-stack counters are zeroed with the process's counters at each region's
+/// end, and per-region stacks are not kept yet, so what is left would not add up to the
+/// process's counters (the sum of its regions).
+const REGIONS_NOT_SUPPORTED: &str = "the command marked benchmark regions, and stacks per \
+     region are not recorded yet";
 
 /// The pid signals are forwarded to (0: none yet).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
@@ -155,27 +186,67 @@ fn lock(regions: &Mutex<Regions>) -> MutexGuard<'_, Regions> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Writes the result of each process as it exits, until the tracker stops following
-/// (the channel ends); returns what it wrote, by pid. A failure is said on stderr: the
-/// end of the run writes that result again, and reports a failure then as an error.
+/// What the writer of exited processes wrote for one process.
+struct WrittenAtExit {
+    /// The result written.
+    process: TrackedProcess,
+    /// Whether its stacks file was written too (stacks on, no regions).
+    stacks: bool,
+}
+
+/// The stacks of `process` as its stacks file holds them, read through `control`
+/// (None: stacks off). Its scope spans the process's tracking, start to end (or now).
+fn process_stacks(control: &TrackerControl, process: &TrackedProcess) -> Option<ProcessStacks> {
+    let mut stacks = control.stacks(process.pid)?;
+    stacks.process.start_ns = process.started_ns;
+    stacks.process.end_ns = process.ended_ns.unwrap_or_else(memtrack::monotonic_ns);
+    Some(stacks)
+}
+
+/// Writes the stacks file of process `pid`.
+fn write_stacks(out: &OutputDir, pid: u32, stacks: &ProcessStacks) -> memtrack::Result<()> {
+    out.write_file(&stacks_file_name(pid), &stacks.to_bytes())
+        .map(|_| ())
+}
+
+/// Writes the result (and, with stacks, the stacks file) of each process as it exits,
+/// until the tracker stops following (the channel ends); returns what it wrote, by pid.
+/// A failure is said on stderr: the end of the run writes that file again, and reports
+/// a failure then as an error.
 fn write_on_exit(
     exits: std::sync::mpsc::Receiver<TrackedProcess>,
     regions: &Mutex<Regions>,
+    control: &TrackerControl,
     out: &OutputDir,
-) -> HashMap<u32, TrackedProcess> {
+) -> HashMap<u32, WrittenAtExit> {
     let mut written = HashMap::new();
     for process in exits {
-        let process = lock(regions).apply(process);
+        let (process, seen) = {
+            let regions = lock(regions);
+            (regions.apply(process), regions.seen)
+        };
         let result = MemtrackResult::new(process.clone());
-        match out.write_file(&result.file_name(), &result.to_bytes()) {
-            Ok(_) => {
-                written.insert(process.pid, process);
-            }
-            Err(e) => eprintln!(
+        if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
+            eprintln!(
                 "memtrack: cannot write the result of process {} as it exited: {e}",
                 process.pid
-            ),
+            );
+            continue;
         }
+        let stacks = match process_stacks(control, &process) {
+            Some(stacks) if !seen => match write_stacks(out, process.pid, &stacks) {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!(
+                        "memtrack: cannot write the stacks of process {} as it exited: {e}",
+                        process.pid
+                    );
+                    false
+                }
+            },
+            _ => false,
+        };
+        written.insert(process.pid, WrittenAtExit { process, stacks });
     }
     written
 }
@@ -296,12 +367,16 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
     if let Some(blocks) = options.max_live_blocks {
         builder = builder.max_live_blocks(blocks);
     }
+    if let Some(depth) = options.stacks {
+        builder = builder.stacks(depth);
+    }
     let tracker = builder.spawn(spec)?;
     FORWARD_TO.store(tracker.pid() as i32, Ordering::SeqCst);
     let regions = Arc::new(Mutex::new(Regions::default()));
     let exits = tracker.exited_processes();
+    let control = tracker.control();
     std::thread::scope(|scope| {
-        let writer = scope.spawn(|| write_on_exit(exits, &regions, out));
+        let writer = scope.spawn(|| write_on_exit(exits, &regions, &control, out));
         serve_and_wait(fifo, tracker, &regions, writer, out)
     })
 }
@@ -312,7 +387,7 @@ fn serve_and_wait(
     fifo: FifoRunner,
     tracker: memtrack::ProcessTracker,
     regions: &Arc<Mutex<Regions>>,
-    writer: std::thread::ScopedJoinHandle<'_, HashMap<u32, TrackedProcess>>,
+    writer: std::thread::ScopedJoinHandle<'_, HashMap<u32, WrittenAtExit>>,
     out: &OutputDir,
 ) -> Result<RunOutcome> {
     let handler = MemoryHandler {
@@ -343,6 +418,11 @@ fn serve_and_wait(
     let exit = exit?;
     let processes = tracker.collect_processes()?;
     let unattributed_lost_events = tracker.unattributed_lost_events();
+    let control = tracker.control();
+    let kernel_stacks: HashMap<u32, ProcessStacks> = processes
+        .iter()
+        .filter_map(|p| Some((p.pid, process_stacks(&control, p)?)))
+        .collect();
     // Stopping to follow ends the stream of exits: the writer is done after that.
     drop(tracker);
     let written = writer.join().unwrap_or_default();
@@ -360,32 +440,62 @@ fn serve_and_wait(
     }
     let processes: Vec<TrackedProcess> = processes.into_iter().map(|p| regions.apply(p)).collect();
     let results = RunResults::new(processes);
-    write_all(out, &results, &written, &markers)?;
+    let mut stacks: Vec<(u32, ProcessStacks)> = kernel_stacks.into_iter().collect();
+    stacks.sort_by_key(|(pid, _)| *pid);
+    let mut stacks_skipped = Vec::new();
+    if regions.seen {
+        stacks_skipped = stacks
+            .drain(..)
+            .map(|(pid, _)| StacksSkipped {
+                pid,
+                reason: REGIONS_NOT_SUPPORTED.to_string(),
+            })
+            .collect();
+        // A process that exited before the first region had its stacks written then;
+        // its counters were zeroed when the regions began, so those stacks go too.
+        for (pid, _) in written.iter().filter(|(_, w)| w.stacks) {
+            out.remove_file(&stacks_file_name(*pid))?;
+        }
+    }
+    write_all(out, &results, &stacks, &written, &markers)?;
     Ok(RunOutcome {
         exit,
         results,
         markers,
         dir: out.path().to_path_buf(),
         unattributed_lost_events,
+        stacks,
+        stacks_skipped,
     })
 }
 
 /// Writes every file, going on past a failure (the others are still worth having), and
-/// returns the first failure. A process's result that was written as it exited and has
-/// not changed since is not written again (each file costs an fsync).
+/// returns the first failure. A process's result (or stacks file) that was written as it
+/// exited and has not changed since is not written again (each file costs an fsync).
 fn write_all(
     out: &OutputDir,
     results: &RunResults,
-    written: &HashMap<u32, TrackedProcess>,
+    stacks: &[(u32, ProcessStacks)],
+    written: &HashMap<u32, WrittenAtExit>,
     markers: &MarkerResult,
 ) -> Result<()> {
     let mut first_failure = None;
     for process in &results.processes {
-        if written.get(&process.pid) == Some(process) {
+        let at_exit = written.get(&process.pid);
+        if at_exit.is_some_and(|w| &w.process == process) {
             continue;
         }
         let result = MemtrackResult::new(process.clone());
         if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
+            first_failure.get_or_insert(Error::Tracking(e));
+        }
+    }
+    for (pid, process_stacks) in stacks {
+        // Stacks read at the exit are final: the kernel keeps no more for the process.
+        if written.get(pid).is_some_and(|w| w.stacks) {
+            continue;
+        }
+        if let Err(e) = write_stacks(out, *pid, process_stacks) {
             first_failure.get_or_insert(Error::Tracking(e));
         }
     }

@@ -23,8 +23,7 @@ use crate::{
     symbolize::{LogicalFrame, Symbols},
 };
 
-/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`.
-pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
+pub use memtrack::stacks::STACKS_FILE_SUFFIX;
 
 /// The frame shown for allocations whose stack was lost (the kernel's stack map full).
 pub const LOST_FRAME: &str = "[stack lost: stack map full]";

@@ -140,6 +140,19 @@ pub mod map_names {
     pub const GLOBAL: &str = "GLOBAL";
     /// pid_tgid -> the last pointer the thread released (the eBPF side's own).
     pub const FREE_MARK: &str = "FREE_MARK";
+    /// [`UnwindRow`](super::unwind::UnwindRow)s of every object's table, one array.
+    pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
+    /// tgid -> [`ProcessMappings`](super::stacks::ProcessMappings).
+    pub const MAPPINGS: &str = "MAPPINGS";
+    /// [`StackKey`](super::stacks::StackKey) -> stack id.
+    pub const STACK_IDS: &str = "STACK_IDS";
+    /// [`stack_counts_key`](super::stacks::stack_counts_key) ->
+    /// [`KernelStackCounts`](super::stacks::KernelStackCounts).
+    pub const STACK_COUNTS: &str = "STACK_COUNTS";
+    /// [`LiveKey`](super::LiveKey) -> stack id of a live block (stacks on only).
+    pub const LIVE_STACK: &str = "LIVE_STACK";
+    /// Per-CPU scratch [`StackKey`](super::stacks::StackKey) of the unwinder.
+    pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
     /// thread id -> the signal the loader hook sent that thread to stop it (see
     /// [`ld_hook`](super::ld_hook)); the follower deletes the entry at the stop.
     pub const LD_HOOK_STOPS: &str = "LD_HOOK_STOPS";
@@ -299,8 +312,11 @@ pub struct PidStats {
     pub funcs: [FuncCounters; NUM_FUNCS],
     /// Log2 histogram of the requested sizes of the blocks handed out.
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
+    /// Times `peak_live_bytes` was raised (the peak epoch of the per-stack at-peak
+    /// counters, `stacks::KernelStackCounts`).
+    pub peak_epoch: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
-    pub _reserved: [u64; 3],
+    pub _reserved: [u64; 2],
 }
 
 impl PidStats {
@@ -333,7 +349,8 @@ impl PidStats {
             shrinks: 0,
         }; NUM_FUNCS],
         size_histogram: [0; HISTOGRAM_BUCKETS],
-        _reserved: [0; 3],
+        peak_epoch: 0,
+        _reserved: [0; 2],
     };
 }
 
@@ -372,8 +389,9 @@ pub struct Pending {
     /// space reads this map as raw bytes (`aya::Pod`), where any bit pattern must be
     /// valid; the return program decodes it with [`Kind::from_id`].
     pub kind: u32,
-    /// Always zero (explicit padding).
-    pub _pad: u32,
+    /// The call's stack id (`stacks::NO_STACK` when stacks are off, `stacks::LOST_STACK`
+    /// when it could not be interned).
+    pub stack: u32,
     /// Requested size in bytes (calloc/reallocarray: nmemb*size, saturated at u64::MAX).
     pub size: u64,
     /// realloc/reallocarray: the old pointer; posix_memalign: the `memptr` out-pointer.
@@ -406,6 +424,10 @@ pub mod global {
     pub const MISSING_STATS: u32 = 0;
     /// `PENDING` inserts that failed (map full).
     pub const PENDING_FULL: u32 = 1;
+    /// The last stack id handed out (ids start at 1).
+    pub const LAST_STACK_ID: u32 = 2;
+    /// Allocations whose per-stack counters could not be stored (`STACK_COUNTS` full).
+    pub const STACK_COUNTS_FULL: u32 = 3;
     /// Number of slots in the `GLOBAL` map.
     pub const LEN: u32 = 4;
 }
@@ -417,6 +439,7 @@ pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 /// Capacity of the `PENDING` map (threads inside an allocator call at once).
 pub const MAX_PENDING_CALLS: u32 = 16384;
 
+pub mod stacks;
 pub mod unwind;
 
 #[cfg(feature = "user")]
@@ -429,6 +452,10 @@ mod pod {
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::FuncCounters {}
     unsafe impl aya::Pod for super::unwind::UnwindRow {}
+    unsafe impl aya::Pod for super::stacks::StackKey {}
+    unsafe impl aya::Pod for super::stacks::MappingEntry {}
+    unsafe impl aya::Pod for super::stacks::ProcessMappings {}
+    unsafe impl aya::Pod for super::stacks::KernelStackCounts {}
 }
 
 #[cfg(test)]

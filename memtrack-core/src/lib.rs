@@ -31,9 +31,10 @@
 //! [`ImageStats`]), [`Stats`] (counters); [`MemtrackResult`] (one file) and
 //! [`RunResults`] (a run) are versioned envelopes around them ([`SCHEMA_VERSION`]).
 //!
-//! [`stacks`] is the data model of allocation call stacks (in progress: the kernel side
-//! that records them is not wired yet); `memtrack report --stacks` (memtrack-cli)
-//! symbolizes and shows them.
+//! [`stacks`] is the data model of allocation call stacks, which the kernel records per
+//! stack with [`TrackerBuilder::stacks`] (read by [`Tracker::stacks`] and
+//! [`ProcessTracker::stacks`], written by [`Tracker::write_stacks`]);
+//! `memtrack report --stacks` (memtrack-cli) symbolizes and shows them.
 
 #![warn(missing_docs)]
 
@@ -42,6 +43,7 @@ mod detach;
 mod error;
 mod follow;
 mod hold;
+mod kernel_stacks;
 mod ld_hook;
 mod loader;
 mod output_dir;

@@ -157,6 +157,8 @@ pub(crate) struct Engine {
     /// Chosen sites by (object, function file offset): decoding is done once per
     /// object, not once per process.
     sites: std::collections::HashMap<(PathBuf, u64), Site>,
+    /// Stack tables and counters (None: stacks off).
+    stacks: Option<crate::kernel_stacks::KernelStacks>,
 }
 
 /// Where one function's probes go.
@@ -184,7 +186,7 @@ fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Err
     }
 }
 
-fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
@@ -205,27 +207,44 @@ impl Engine {
         placement: ProbePlacement,
         links: UprobeLinks,
         count_syscalls: bool,
+        stacks: Option<u32>,
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
-        let mut ebpf = EbpfLoader::new()
-            // The programs need no CO-RE relocations (a test checks), so aya need not
-            // parse the kernel's BTF: that takes 20-90 ms here.
+        let mut loader = EbpfLoader::new();
+        let depth = stacks.unwrap_or(0);
+        if stacks.is_some() {
+            loader.override_global(memtrack_common::stacks::DEPTH_GLOBAL, &depth, true);
+        }
+        // The programs need no CO-RE relocations (a test checks), so aya need not
+        // parse the kernel's BTF: that takes 20-90 ms here.
+        loader
             .btf(None)
-            .map_max_entries(map_names::LIVE, max_live_blocks)
-            .load(EBPF_OBJECT)
-            .map_err(|e| match e {
-                aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
-                    if name == "LIVE" =>
-                {
-                    Error::LiveMap {
-                        blocks: max_live_blocks,
-                        kernel_bytes: live_map_bytes(max_live_blocks),
-                        source: io_error,
-                    }
+            .map_max_entries(map_names::LIVE, max_live_blocks);
+        if stacks.is_some() {
+            // With stacks off these maps keep the object's single entry: nothing is
+            // reserved for them.
+            loader
+                .map_max_entries(map_names::UNWIND_ROWS, crate::kernel_stacks::MAX_ROWS)
+                .map_max_entries(map_names::STACK_IDS, crate::kernel_stacks::MAX_STACKS)
+                .map_max_entries(
+                    map_names::STACK_COUNTS,
+                    crate::kernel_stacks::MAX_STACK_COUNTS,
+                )
+                .map_max_entries(map_names::LIVE_STACK, max_live_blocks);
+        }
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| match e {
+            aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
+                if name == "LIVE" =>
+            {
+                Error::LiveMap {
+                    blocks: max_live_blocks,
+                    kernel_bytes: live_map_bytes(max_live_blocks),
+                    source: io_error,
                 }
-                e => Error::Load(Box::new(e)),
-            })?;
+            }
+            e => Error::Load(Box::new(e)),
+        })?;
         let mode = load_uprobe_programs(&mut ebpf, links)?;
 
         let mut syscall_link: Option<Detachable> = None;
@@ -247,7 +266,12 @@ impl Engine {
         let global = take_map(&mut ebpf, map_names::GLOBAL)?;
         let ld_hook_stops = take_map(&mut ebpf, map_names::LD_HOOK_STOPS)?;
         let ld_hook_misses = take_map(&mut ebpf, map_names::LD_HOOK_MISSES)?;
+        let stacks = match stacks {
+            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut ebpf, depth)?),
+            None => None,
+        };
         Ok(Engine {
+            stacks,
             ebpf,
             tracked,
             stats,
@@ -282,7 +306,17 @@ impl Engine {
             },
             other => Error::Targets(other),
         })?;
-        self.attach_targets(pid, &found.targets)
+        let added = self.attach_targets(pid, &found.targets)?;
+        if let Some(stacks) = &mut self.stacks {
+            stacks.refresh(pid)?;
+        }
+        Ok(added)
+    }
+
+    /// The stacks of `pid` (None: stacks are off).
+    pub(crate) fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
+        let stats = self.read_stats(pid).ok();
+        self.stacks.as_ref().map(|s| s.read(pid, stats.as_ref()))
     }
 
     /// Attaches probes for `targets`, scoped to `pid`.
@@ -468,6 +502,12 @@ impl Engine {
 
     /// Stops probing `pid` in the kernel's eyes (its entry leaves the TRACKED map).
     pub(crate) fn forget(&mut self, pid: u32) {
+        if self.stacks.is_some() {
+            let stats = self.read_stats(pid).ok();
+            if let Some(stacks) = &mut self.stacks {
+                stacks.finish(pid, stats.as_ref());
+            }
+        }
         let _ = self.tracked.remove(&pid);
         let _ = self.stats.remove(&pid);
         let _ = self.ld_hook_misses.remove(&pid);
@@ -486,6 +526,9 @@ impl Engine {
                 .map_err(map_err(map_names::LD_HOOK_MISSES))?;
         }
         self.purge_live(pid);
+        if let Some(stacks) = &mut self.stacks {
+            stacks.reset(pid);
+        }
         Ok(())
     }
 
@@ -776,6 +819,7 @@ mod tests {
             super::ProbePlacement::default(),
             super::UprobeLinks::default(),
             false,
+            None,
         );
         let Err(err) = loaded else {
             panic!("the kernel made a live map of {blocks} blocks");

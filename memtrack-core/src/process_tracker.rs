@@ -92,6 +92,12 @@ impl ProcessTracker {
         self.shared.reset_live()
     }
 
+    /// The per-stack counters of process `pid` (a tracked process, running or ended);
+    /// `None` unless built with [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks).
+    pub fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
+        self.shared.engine.lock().stacks(pid)
+    }
+
     /// The probes attached to the root process (what was measured).
     pub fn probes(&self) -> Vec<ProbeInfo> {
         self.shared.probes(self.pid)
@@ -172,6 +178,14 @@ impl TrackerControl {
             enabled: enabled as u32,
             tid: 0,
         })
+    }
+
+    /// The stacks of `pid` now (or when it exited): `None` unless built with
+    /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks). Each process's
+    /// stacks stay readable after it exited, so the receiver of
+    /// [`ProcessTracker::exited_processes`] can write them.
+    pub fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
+        self.shared.engine.lock().stacks(pid)
     }
 
     /// Zeroes one process's counters and forgets its live blocks.

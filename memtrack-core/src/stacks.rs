@@ -19,7 +19,7 @@
 //! the block. The per-stack numbers of a scope plus its [`ScopeStacks::lost`] add up
 //! exactly to the scope's [`Stats`](crate::Stats).
 //!
-//! This module depends on serde alone, so that the result files can carry it.
+//! The data model depends on serde alone, so that the result files can carry it.
 
 use std::{fmt, path::PathBuf};
 
@@ -251,6 +251,41 @@ impl ScopeStacks {
     }
 }
 
+/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`
+/// (until the result record carries the stacks).
+pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
+
+/// The most frames the kernel unwinds per stack (the largest depth
+/// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks) takes): 16, the most the
+/// verifier accepts in one program. A deeper stack is cut there and marked
+/// [`StackEnd::Truncated`].
+pub const MAX_DEPTH: u32 = memtrack_common::stacks::MAX_UNWIND_DEPTH;
+
+/// The name of process `pid`'s stacks file: `{pid}.MemtrackStacks.msgpack`.
+pub fn stacks_file_name(pid: u32) -> String {
+    format!("{pid}{STACKS_FILE_SUFFIX}")
+}
+
+/// Whether `name` is a stacks file's name (`{pid}.MemtrackStacks.msgpack`, the pid in
+/// decimal digits).
+pub fn is_stacks_file_name(name: &str) -> bool {
+    name.strip_suffix(STACKS_FILE_SUFFIX)
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Allocations whose stack is not complete, in blocks allocated (see
+/// [`ProcessStacks::incomplete`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IncompleteStacks {
+    /// Blocks whose stack was cut at the depth limit ([`StackEnd::Truncated`]).
+    pub truncated_blocks: u64,
+    /// Blocks whose stack ended at a frame without unwind information
+    /// ([`StackEnd::Unknown`]).
+    pub unknown_blocks: u64,
+    /// Blocks whose stack could not be stored ([`ScopeStacks::lost`]).
+    pub lost_blocks: u64,
+}
+
 /// What is wrong with a [`ProcessStacks`] (a reference out of range, a stack listed
 /// twice): found by [`ProcessStacks::validate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -265,6 +300,29 @@ impl fmt::Display for InvalidStacks {
 impl std::error::Error for InvalidStacks {}
 
 impl ProcessStacks {
+    /// The stacks as a stacks file holds them: one MessagePack map with named fields.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("stacks always serialise")
+    }
+
+    /// How the stacks of the whole process ended, in blocks allocated: those cut at the
+    /// depth limit, those that reached a frame without unwind information, and those
+    /// whose stack could not be stored (the kernel's stack map full).
+    pub fn incomplete(&self) -> IncompleteStacks {
+        let mut out = IncompleteStacks {
+            lost_blocks: self.process.lost.alloc_blocks,
+            ..IncompleteStacks::default()
+        };
+        for entry in &self.process.entries {
+            match self.stacks.get(entry.stack as usize).map(|s| s.end) {
+                Some(StackEnd::Truncated) => out.truncated_blocks += entry.counts.alloc_blocks,
+                Some(StackEnd::Unknown) => out.unknown_blocks += entry.counts.alloc_blocks,
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// The scope of the benchmark region named `uri`, if there is one.
     pub fn region(&self, uri: &str) -> Option<&ScopeStacks> {
         self.regions
@@ -402,6 +460,41 @@ mod tests {
             },
             regions: vec![],
         }
+    }
+
+    #[test]
+    fn stacks_file_names_are_pid_and_suffix() {
+        assert_eq!(stacks_file_name(42), "42.MemtrackStacks.msgpack");
+        assert!(is_stacks_file_name("42.MemtrackStacks.msgpack"));
+        for name in [
+            ".MemtrackStacks.msgpack",
+            "x1.MemtrackStacks.msgpack",
+            "42.MemtrackResult.msgpack",
+            "42.MemtrackStacks.msgpack.tmp",
+        ] {
+            assert!(!is_stacks_file_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn incomplete_counts_blocks_by_how_their_stack_ended() {
+        let mut stacks = sample();
+        stacks.stacks.push(Stack {
+            frames: vec![Frame::returning_to(Some(0), 0x1300)],
+            end: StackEnd::Truncated,
+        });
+        stacks.process.entries.push(StackEntry {
+            stack: 2,
+            counts: counts(4, 40),
+        });
+        assert_eq!(
+            stacks.incomplete(),
+            IncompleteStacks {
+                truncated_blocks: 4,
+                unknown_blocks: 3,
+                lost_blocks: 1,
+            }
+        );
     }
 
     #[test]

@@ -282,6 +282,8 @@ mod tests {
             brk_shrunk_bytes: _,
             // The kernel's own state for the next brk, not a counter: not reported.
             last_brk: _,
+            // The per-stack at-peak bookkeeping (stacks.rs reads it), not a counter.
+            peak_epoch: _,
             _reserved: _,
             funcs,
             size_histogram: _,

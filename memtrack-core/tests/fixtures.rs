@@ -75,6 +75,8 @@ exact! {
     aligned_small => "aligned_small",
     leak => "leak",
     peak => "peak",
+    double_free => "double_free",
+    thread_exit => "thread_exit",
     threads_8x100k_exact_no_loss => "threads",
 }
 

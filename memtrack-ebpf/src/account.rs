@@ -10,7 +10,7 @@ use memtrack_common::{HISTOGRAM_BUCKETS, LiveKey, NUM_FUNCS, Pending, PidStats, 
 
 use crate::{
     atomics,
-    maps::{FREE_MARK, GLOBAL, LIVE, PENDING, STATS, TRACKED},
+    maps::{FREE_MARK, FreeMark, GLOBAL, LIVE, PENDING, STATS, TRACKED},
 };
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
@@ -196,9 +196,11 @@ fn size_bucket(size: u64) -> usize {
     n + 1
 }
 
-/// A block of `size` requested bytes was handed out at `addr` by `func`.
+/// A block of `size` requested bytes was handed out at `addr` by `func`, from stack
+/// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
 #[inline(always)]
-pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size: u64) {
+pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr: u64, size: u64) {
+    crate::unwind::charge_alloc(stats, tgid, stack, addr, size);
     let key = LiveKey {
         tgid,
         _pad: 0,
@@ -224,10 +226,13 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, addr: u64, size:
         match atomics::add_fetch(live, size) {
             Some(now_live) => {
                 match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live) {
-                    Some(true) => core::ptr::write_volatile(
-                        &raw mut (*stats).peak_time_ns,
-                        bpf_ktime_get_ns(),
-                    ),
+                    Some(true) => {
+                        core::ptr::write_volatile(
+                            &raw mut (*stats).peak_time_ns,
+                            bpf_ktime_get_ns(),
+                        );
+                        atomics::add(&raw mut (*stats).peak_epoch, 1);
+                    }
                     Some(false) => {}
                     None => atomics::add(&raw mut (*stats).lost_events, 1),
                 }
@@ -284,30 +289,49 @@ pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
     }
 }
 
-/// A free-like call of `func` on `ptr` (non-NULL), outermost on its thread.
+/// A free-like call of `func` on `ptr` (non-NULL), outermost on its thread, whose entry
+/// stack pointer is `entry_sp`.
 ///
 /// Layered allocators forward one release through several probed functions (libstdc++'s
 /// sized `operator delete` calls the unsized one, which jumps to `free`; mimalloc's
 /// `free` calls `mi_free`), and free-like functions have no return probe to mark the
-/// nesting. So each thread remembers the last pointer it released: a release of that
-/// same pointer that is no longer live is the forward, neither a call of its own nor a
-/// second free (which would be a double free, undefined anyway). The mark stays until
-/// the thread releases another pointer, so a chain of any length counts once.
+/// nesting. So each thread remembers its last release (FREE_MARK): a release of that
+/// same pointer, no longer live, through *another* function at the same or a deeper
+/// stack level (a forward is a call or a tail jump from inside the first function) is
+/// the forward, neither a call of its own nor an unmatched free; the mark then moves to
+/// it, so a chain of any length counts once. Anything else is a call and an unmatched
+/// free: a double free (`free(p); free(p)` is the same function again), and glibc's
+/// per-thread cache releasing, at thread exit, the chunk the thread released last.
 #[inline(always)]
-pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u64) {
+pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u64, entry_sp: u64) {
+    let mark = FreeMark {
+        ptr,
+        func,
+        _pad: 0,
+        entry_sp,
+    };
     match take_live(tgid, ptr) {
         Some(size) => {
             count_call(stats, func);
+            crate::unwind::charge_release(stats, tgid, ptr, size);
             record_release(stats, Some(func), size);
-            let _ = FREE_MARK.insert(&pid_tgid, &ptr, 0);
+            let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
         }
         None => {
-            // SAFETY: plain u64 value.
-            let forwarded = unsafe { FREE_MARK.get(&pid_tgid) }.is_some_and(|&m| m == ptr);
+            let forwarded = FREE_MARK.get_ptr_mut(&pid_tgid).is_some_and(|m| {
+                // SAFETY: only this thread reads or writes its own entry.
+                unsafe {
+                    let forward = (*m).ptr == ptr && (*m).func != func && entry_sp <= (*m).entry_sp;
+                    if forward {
+                        *m = mark;
+                    }
+                    forward
+                }
+            });
             if !forwarded {
                 count_call(stats, func);
                 record_unmatched(stats);
-                let _ = FREE_MARK.insert(&pid_tgid, &ptr, 0);
+                let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
             }
         }
     }

@@ -18,6 +18,8 @@ mod maps;
 #[cfg(target_arch = "bpf")]
 mod syscalls;
 #[cfg(target_arch = "bpf")]
+mod unwind;
+#[cfg(target_arch = "bpf")]
 mod uprobes;
 
 #[cfg(target_arch = "bpf")]

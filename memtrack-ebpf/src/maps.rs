@@ -4,11 +4,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
     TrackState, global, ld_hook,
+    stacks::{KernelStackCounts, ProcessMappings, StackKey},
+    unwind::UnwindRow,
 };
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
@@ -42,10 +44,58 @@ pub static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(MAX_PENDIN
 #[map]
 pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);
 
-/// pid_tgid -> the last pointer that thread released (see `account::release`).
+/// pid_tgid -> the last release that thread made (see `account::release`). LRU: an
+/// entry outlives its thread (nothing removes it at thread exit), so a plain hash map
+/// would fill after that many threads had released something, and every forwarded
+/// release after that would count twice. The least recently written entries are those
+/// of threads that ended or released nothing for longest; a mark is read right after it
+/// is written (the forward happens within the same release), so evicting it would take
+/// that many other threads' releases in between.
 #[map]
-pub static FREE_MARK: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
+pub static FREE_MARK: LruHashMap<u64, FreeMark> =
+    LruHashMap::with_max_entries(MAX_PENDING_CALLS, 0);
 
+/// A thread's last release: the pointer, the free-like function's counter slot, and the
+/// stack pointer at that function's entry (bytes, an address).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FreeMark {
+    /// The released pointer.
+    pub ptr: u64,
+    /// Counter slot of the function that released it (`memtrack_common::cookie::func`).
+    pub func: u32,
+    /// Unused; keeps `entry_sp` aligned.
+    pub _pad: u32,
+    /// Stack pointer at the function's entry.
+    pub entry_sp: u64,
+}
+
+/// Every loaded object's unwind rows, one array shared by all objects and processes
+/// (each mapping names its object's extent). Sized by user space (1 entry with stacks
+/// off).
+#[map]
+pub static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, 0);
+
+/// tgid -> the process's executable mappings. Written by user space.
+#[map]
+pub static MAPPINGS: HashMap<u32, ProcessMappings> =
+    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
+
+/// A stack's frames -> its id. Sized by user space.
+#[map]
+pub static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(1, 0);
+
+/// (tgid, stack id) -> that stack's counters in that process. Sized by user space.
+#[map]
+pub static STACK_COUNTS: HashMap<u64, KernelStackCounts> = HashMap::with_max_entries(1, 0);
+
+/// (tgid, address) -> stack id of a live block (stacks on only). Sized by user space.
+#[map]
+pub static LIVE_STACK: HashMap<LiveKey, u32> = HashMap::with_max_entries(1, 0);
+
+/// The stack being unwound on this CPU (too large for the 512-byte BPF stack).
+#[map]
+pub static STACK_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(1, 0);
 /// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
 /// deletes the entry when the thread stops with that signal. Preallocated: the hook
 /// inserts into it.

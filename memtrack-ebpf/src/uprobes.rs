@@ -18,7 +18,7 @@ use memtrack_common::{Kind, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
     account::{self, Nesting, current, tgid_of},
-    atomics,
+    atomics, unwind,
 };
 
 /// What an entry probe knows about its call.
@@ -27,6 +27,10 @@ struct Call {
     func: u32,
     kind: Kind,
     entry_sp: u64,
+    /// The probed instruction's `rip`, `rsp` and `rbp` (where unwinding starts).
+    ip: u64,
+    sp: u64,
+    bp: u64,
 }
 
 /// The call an entry probe sits on, from its cookie; `None` when the cookie's kind bits
@@ -36,8 +40,11 @@ fn call(ctx: &ProbeContext) -> Option<Call> {
     // SAFETY: the context is the probe's own; the helper takes it as is.
     let c = unsafe { bpf_get_attach_cookie(ctx.regs.cast()) };
     // SAFETY: reading the saved registers of the probe context.
-    let rsp = unsafe { (*ctx.regs).rsp };
+    let (rsp, rip, rbp) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).rip, (*ctx.regs).rbp) };
     Some(Call {
+        ip: rip,
+        sp: rsp,
+        bp: rbp,
         pid_tgid: current(),
         func: cookie::func(c),
         kind: cookie::kind(c)?,
@@ -94,7 +101,7 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> u32 {
         depth: 1,
         func: c.func,
         kind: c.kind.id(),
-        _pad: 0,
+        stack: unwind::stack_of(tgid_of(c.pid_tgid), c.ip, c.sp, c.bp),
         size,
         ptr,
         old_size: 0,
@@ -118,7 +125,7 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
         depth: 1,
         func: c.func,
         kind: c.kind.id(),
-        _pad: 0,
+        stack: unwind::stack_of(tgid, c.ip, c.sp, c.bp),
         size,
         ptr,
         old_size: 0,
@@ -161,7 +168,7 @@ fn alloc_return(ret: u64) -> u32 {
                 // SAFETY: reading user memory through the helper, which checks it.
                 match unsafe { bpf_probe_read_user(p.ptr as *const u64) } {
                     Ok(addr) if addr != 0 => {
-                        account::record_alloc(stats, tgid, p.func, addr, p.size)
+                        account::record_alloc(stats, tgid, p.func, p.stack, addr, p.size)
                     }
                     Ok(_) => {}
                     // SAFETY: stats points into a live map value.
@@ -173,7 +180,7 @@ fn alloc_return(ret: u64) -> u32 {
             if ret == 0 || p.flags & pending_flags::OVERFLOW != 0 {
                 account::count_failure(stats, p.func);
             } else {
-                account::record_alloc(stats, tgid, p.func, ret, p.size);
+                account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
             }
         }
         // The entry program writes only the kinds above (free-like functions keep no
@@ -195,18 +202,20 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         if ret == 0 {
             account::count_failure(stats, p.func);
         } else {
-            account::record_alloc(stats, tgid, p.func, ret, p.size);
+            account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
         }
     } else if ret != 0 {
         if known {
+            crate::unwind::charge_release(stats, tgid, p.ptr, p.old_size);
             account::record_release(stats, None, p.old_size);
             account::record_resize_direction(stats, p.func, p.old_size, p.size);
         } else {
             account::record_unmatched(stats);
         }
-        account::record_alloc(stats, tgid, p.func, ret, p.size);
+        account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
+            crate::unwind::charge_release(stats, tgid, p.ptr, p.old_size);
             account::record_release(stats, None, p.old_size);
         } else {
             account::record_unmatched(stats);
@@ -288,7 +297,7 @@ fn free_entry(ctx: &ProbeContext, c: &Call) -> u32 {
         // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).
         account::count_call(stats, c.func);
     } else {
-        account::release(stats, tgid, c.pid_tgid, c.func, ptr);
+        account::release(stats, tgid, c.pid_tgid, c.func, ptr, c.entry_sp);
     }
     0
 }

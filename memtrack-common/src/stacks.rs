@@ -1,0 +1,191 @@
+//! The kernel side of allocation call stacks: the maps the eBPF unwinder reads (each
+//! process's executable mappings, the shared unwind rows) and writes (interned stacks,
+//! per-stack counters), with the encoding of a stack's frames in a map key.
+//!
+//! # A stack in the kernel
+//!
+//! A [`StackKey`] holds up to [`MAX_STACK_DEPTH`] frames, innermost first, each a `u64`
+//! (see [`frame`]); unused slots are zero. The first frame is the return address into
+//! the caller of the allocation function (the allocation function's own frame is not
+//! stored). The last frame carries how unwinding ended ([`frame::END_SHIFT`]); a stack
+//! without any frame is a single [`frame::NO_FRAME`] slot with its end.
+
+/// Most frames a stack can hold (512-byte map keys, the kernel's limit for hash keys).
+pub const MAX_STACK_DEPTH: usize = 64;
+
+/// Most frames the eBPF unwinder walks today (the depth limit is clamped to it): one
+/// program walking more frames exceeds the verifier's budget of 1,000,000 processed
+/// instructions (measured at 64 on Linux 6.18); deeper stacks need the walk split over
+/// tail calls. At most [`MAX_STACK_DEPTH`].
+pub const MAX_UNWIND_DEPTH: u32 = 16;
+
+/// Most executable mappings of one process the unwinder knows (more are left out and
+/// their frames end stacks as not mapped, counted as unknown ends).
+pub const MAX_MAPPINGS: usize = 256;
+
+/// Halvings of the search over a process's sorted mappings (`log2(MAX_MAPPINGS) + 1`).
+pub const MAPPING_SEARCH_STEPS: u32 = 9;
+
+/// The stack id of allocations whose stack could not be interned (the stack map was
+/// full): their counters are kept under it, as lost stacks. Interned ids start at 1.
+pub const LOST_STACK: u32 = u32::MAX;
+
+/// The stack id meaning "no stack recorded" (stacks are off).
+pub const NO_STACK: u32 = 0;
+
+/// Encoding of one frame slot of a [`StackKey`].
+pub mod frame {
+    /// Bits 0-47: the address. An ELF virtual address of the frame's object when the
+    /// object bits are non-zero; the runtime address otherwise (code in no known mapping).
+    pub const ADDRESS_MASK: u64 = (1 << 48) - 1;
+    /// Bits 48-60: object id + 1 (0: no object). Object ids are below [`MAX_OBJECTS`].
+    pub const OBJECT_SHIFT: u32 = 48;
+    /// Mask of the object bits after shifting.
+    pub const OBJECT_MASK: u64 = (1 << 13) - 1;
+    /// Most objects (files) one tracker can load tables for.
+    pub const MAX_OBJECTS: u32 = (1 << 13) - 2;
+    /// Bit 61: the address is an interrupted instruction (below a signal frame), not a
+    /// return address.
+    pub const INTERRUPTED: u64 = 1 << 61;
+    /// Bits 62-63 of a stack's last slot: how unwinding ended, one of [`end`].
+    pub const END_SHIFT: u32 = 62;
+    /// The slot of a stack with no frame: object bits all ones, address zero (plus the
+    /// end bits).
+    pub const NO_FRAME: u64 = OBJECT_MASK << OBJECT_SHIFT;
+
+    /// Values of the end bits.
+    pub mod end {
+        /// Not the last frame.
+        pub const NONE: u64 = 0;
+        /// The outermost frame was reached.
+        pub const COMPLETE: u64 = 1;
+        /// The depth limit was reached.
+        pub const TRUNCATED: u64 = 2;
+        /// No unwind information, an unrepresentable rule, an unmapped address, an
+        /// unreadable stack or a CFA not above the stack pointer: callers unknown.
+        pub const UNKNOWN: u64 = 3;
+    }
+}
+
+/// Key of the `STACK_IDS` map: one distinct stack's frames (see [`frame`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    /// Innermost first; unused slots zero.
+    pub frames: [u64; MAX_STACK_DEPTH],
+}
+
+impl StackKey {
+    /// No frame.
+    pub const ZERO: StackKey = StackKey {
+        frames: [0; MAX_STACK_DEPTH],
+    };
+}
+
+/// One executable mapping of a process, in a [`ProcessMappings`] value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MappingEntry {
+    /// First runtime address.
+    pub start: u64,
+    /// One past the last runtime address.
+    pub end: u64,
+    /// Runtime address minus ELF virtual address.
+    pub bias: u64,
+    /// Index of the object's first row in the shared `UNWIND_ROWS` array.
+    pub first_row: u32,
+    /// Number of rows of the object's table (0: no table; frames here end as unknown).
+    pub rows: u32,
+    /// The object's id (index into the tracker's object list).
+    pub object: u32,
+    /// Always zero (explicit padding).
+    pub _pad: u32,
+}
+
+/// Value of the `MAPPINGS` map (key: tgid): the process's executable mappings sorted by
+/// start address, not overlapping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessMappings {
+    /// Entries in use (at most [`MAX_MAPPINGS`]).
+    pub count: u32,
+    /// Always zero (explicit padding).
+    pub _pad: u32,
+    /// The mappings, `count` of them first, sorted by `start`.
+    pub entries: [MappingEntry; MAX_MAPPINGS],
+}
+
+impl ProcessMappings {
+    /// No mapping.
+    pub const EMPTY: ProcessMappings = ProcessMappings {
+        count: 0,
+        _pad: 0,
+        entries: [MappingEntry {
+            start: 0,
+            end: 0,
+            bias: 0,
+            first_row: 0,
+            rows: 0,
+            object: 0,
+            _pad: 0,
+        }; MAX_MAPPINGS],
+    };
+}
+
+/// Key of the `STACK_COUNTS` map: (tgid << 32) | stack id.
+pub const fn stack_counts_key(tgid: u32, stack: u32) -> u64 {
+    ((tgid as u64) << 32) | stack as u64
+}
+
+/// Value of the `STACK_COUNTS` map: one stack's counters in one process. Sizes are
+/// requested sizes in bytes, blocks are counts.
+///
+/// The bytes at the process's global peak are kept lazily (O(1) per event): the process
+/// bumps `PidStats::peak_epoch` each time its live bytes reach a new peak; before an
+/// event changes this stack's live counters, if `epoch` is older than the process's
+/// epoch (a new peak came since the last change), the current live counters were this
+/// stack's share of that peak and are saved into `peak_*`. When reading: if `epoch` is
+/// older than the process's final epoch, `live_*` are the share at the last peak,
+/// otherwise `peak_*` are.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStackCounts {
+    /// Blocks allocated from this stack.
+    pub alloc_blocks: u64,
+    /// Their bytes.
+    pub alloc_bytes: u64,
+    /// Blocks allocated from this stack and released.
+    pub freed_blocks: u64,
+    /// Their bytes.
+    pub freed_bytes: u64,
+    /// Blocks of this stack live now.
+    pub live_blocks: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+    /// The process's peak epoch at the last change of `live_*`.
+    pub epoch: u64,
+    /// Live blocks at the last peak before `epoch` was set (see the type's docs).
+    pub peak_blocks: u64,
+    /// Live bytes at that peak.
+    pub peak_bytes: u64,
+    /// Most bytes of this stack live at any one time.
+    pub max_live_bytes: u64,
+    /// Blocks live at that time.
+    pub max_live_blocks: u64,
+}
+
+impl KernelStackCounts {
+    /// (blocks, bytes) of this stack live at the process's last global peak, given the
+    /// process's final peak epoch.
+    pub const fn at_peak(&self, process_epoch: u64) -> (u64, u64) {
+        if self.epoch < process_epoch {
+            (self.live_blocks, self.live_bytes)
+        } else {
+            (self.peak_blocks, self.peak_bytes)
+        }
+    }
+}
+
+/// Name of the eBPF object's read-only global (`u32`) holding the depth limit in frames
+/// (0: stacks off), set by the loader before the programs are verified.
+pub const DEPTH_GLOBAL: &str = "STACK_DEPTH";

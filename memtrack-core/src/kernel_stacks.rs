@@ -1,0 +1,350 @@
+//! The user-space half of in-kernel stacks: loads each object's unwind rows into the
+//! shared `UNWIND_ROWS` array (each object once per tracker), writes each process's
+//! executable mappings into `MAPPINGS`, and reads the interned stacks and per-stack
+//! counters back as [`ProcessStacks`].
+
+use std::{
+    collections::{BTreeMap, HashMap as StdHashMap},
+    sync::Arc,
+};
+
+use aya::maps::{Array, HashMap, MapData};
+use memtrack_common::{
+    LiveKey, PidStats,
+    stacks::{
+        KernelStackCounts, LOST_STACK, MAX_MAPPINGS, MappingEntry, ProcessMappings, StackKey, frame,
+    },
+    unwind::UnwindRow,
+};
+use memtrack_targets::unwind::{UnwindCache, UnwindObject};
+
+use crate::{
+    error::{Error, Result},
+    stacks::{Frame, ProcessStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject},
+};
+
+/// Capacity of `UNWIND_ROWS` with stacks on, in rows of 8 bytes (16 MiB: libc has about
+/// 24,000 rows, a large C++ program a few hundred thousand).
+pub(crate) const MAX_ROWS: u32 = 1 << 21;
+/// Capacity of `STACK_IDS` with stacks on: distinct stacks across all processes (each
+/// entry holds a 512-byte key, preallocated: about 8.5 MiB).
+pub(crate) const MAX_STACKS: u32 = 1 << 14;
+/// Capacity of `STACK_COUNTS` with stacks on: (process, stack) pairs.
+pub(crate) const MAX_STACK_COUNTS: u32 = 1 << 16;
+
+/// Where one object's rows are in `UNWIND_ROWS`.
+#[derive(Clone, Copy, Debug)]
+struct Loaded {
+    object: u32,
+    first_row: u32,
+    rows: u32,
+}
+
+/// Stack state of one tracker (stacks on).
+pub(crate) struct KernelStacks {
+    depth: u32,
+    cache: UnwindCache,
+    /// Objects by the address of their shared table (the cache hands out one `Arc` per
+    /// table), with where their rows went.
+    loaded: StdHashMap<usize, Loaded>,
+    /// Keeps every loaded table alive, so the addresses above stay unique.
+    tables: Vec<Arc<UnwindObject>>,
+    objects: Vec<StackObject>,
+    next_row: u32,
+    rows: Array<MapData, UnwindRow>,
+    mappings: HashMap<MapData, u32, ProcessMappings>,
+    ids: HashMap<MapData, StackKey, u32>,
+    counts: HashMap<MapData, u64, KernelStackCounts>,
+    live_stack: HashMap<MapData, LiveKey, u32>,
+    /// Stacks of processes that ended (read before their counters left the kernel).
+    finished: BTreeMap<u32, ProcessStacks>,
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
+    move |e| Error::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+impl KernelStacks {
+    /// Takes the stack maps out of an object loaded with its depth global set to `depth`.
+    pub(crate) fn new(ebpf: &mut aya::Ebpf, depth: u32) -> Result<KernelStacks> {
+        use memtrack_common::map_names as n;
+        Ok(KernelStacks {
+            depth,
+            cache: UnwindCache::new(),
+            loaded: StdHashMap::new(),
+            tables: Vec::new(),
+            objects: Vec::new(),
+            next_row: 0,
+            rows: crate::loader::take_map(ebpf, n::UNWIND_ROWS)?,
+            mappings: crate::loader::take_map(ebpf, n::MAPPINGS)?,
+            ids: crate::loader::take_map(ebpf, n::STACK_IDS)?,
+            counts: crate::loader::take_map(ebpf, n::STACK_COUNTS)?,
+            live_stack: crate::loader::take_map(ebpf, n::LIVE_STACK)?,
+            finished: BTreeMap::new(),
+        })
+    }
+
+    /// Loads the tables of every executable mapping of `pid` (new objects only) and
+    /// replaces its mapping entry. Called at start, after each exec and each `dlopen`.
+    pub(crate) fn refresh(&mut self, pid: u32) -> Result<()> {
+        let (found, _skipped) = self.cache.process_mappings(pid)?;
+        let mut entries: Vec<MappingEntry> = Vec::with_capacity(found.len());
+        for m in &found {
+            let loaded = self.load(&m.object)?;
+            entries.push(MappingEntry {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                first_row: loaded.first_row,
+                rows: loaded.rows,
+                object: loaded.object,
+                _pad: 0,
+            });
+        }
+        entries.sort_by_key(|e| e.start);
+        let mut value = Box::new(ProcessMappings::EMPTY);
+        for (slot, e) in value.entries.iter_mut().zip(entries.iter()) {
+            *slot = *e;
+        }
+        value.count = entries.len().min(MAX_MAPPINGS) as u32;
+        self.mappings
+            .insert(pid, *value, 0)
+            .map_err(map_err(memtrack_common::map_names::MAPPINGS))
+    }
+
+    /// The extent of `object`'s rows, loading them if new. A table that does not fit
+    /// gets no rows (its frames end stacks as unknown, counted in the stacks).
+    fn load(&mut self, object: &Arc<UnwindObject>) -> Result<Loaded> {
+        let key = Arc::as_ptr(object) as usize;
+        if let Some(l) = self.loaded.get(&key) {
+            return Ok(*l);
+        }
+        let id = self.objects.len() as u32;
+        self.objects.push(StackObject {
+            path: object.info.path.clone(),
+            build_id: object.info.build_id_hex(),
+        });
+        let rows = object.table.rows();
+        let fits = id < frame::MAX_OBJECTS
+            && u64::from(self.next_row) + rows.len() as u64 <= u64::from(MAX_ROWS);
+        let loaded = if fits {
+            let first_row = self.next_row;
+            for (i, row) in rows.iter().enumerate() {
+                self.rows
+                    .set(first_row + i as u32, *row, 0)
+                    .map_err(map_err(memtrack_common::map_names::UNWIND_ROWS))?;
+            }
+            self.next_row += rows.len() as u32;
+            Loaded {
+                object: id,
+                first_row,
+                rows: rows.len() as u32,
+            }
+        } else {
+            Loaded {
+                object: id,
+                first_row: 0,
+                rows: 0,
+            }
+        };
+        self.loaded.insert(key, loaded);
+        self.tables.push(Arc::clone(object));
+        Ok(loaded)
+    }
+
+    /// The stacks of `pid`: kept from its end, or read from the kernel now, given its
+    /// raw counters `stats`.
+    pub(crate) fn read(&self, pid: u32, stats: Option<&PidStats>) -> ProcessStacks {
+        if let Some(done) = self.finished.get(&pid) {
+            return done.clone();
+        }
+        let epoch = stats.map_or(0, |s| s.peak_epoch);
+        let mut by_id: BTreeMap<u32, StackCounts> = BTreeMap::new();
+        let mut lost = StackCounts::default();
+        for item in self.counts.iter().filter_map(|r| r.ok()) {
+            let (key, c) = item;
+            if (key >> 32) as u32 != pid {
+                continue;
+            }
+            let counts = to_counts(&c, epoch);
+            if key as u32 == LOST_STACK {
+                lost = counts;
+            } else {
+                by_id.insert(key as u32, counts);
+            }
+        }
+        let mut frames_of: StdHashMap<u32, StackKey> = StdHashMap::new();
+        for (key, id) in self.ids.iter().filter_map(|r| r.ok()) {
+            if by_id.contains_key(&id) {
+                frames_of.insert(id, key);
+            }
+        }
+        let mut out = ProcessStacks {
+            depth_limit: self.depth,
+            ..ProcessStacks::default()
+        };
+        let mut object_ids: BTreeMap<u32, u32> = BTreeMap::new();
+        for (id, counts) in by_id {
+            let Some(key) = frames_of.get(&id) else {
+                lost.add(&counts);
+                continue;
+            };
+            let stack = decode(key, |o| {
+                let next = object_ids.len() as u32;
+                *object_ids.entry(o).or_insert_with(|| {
+                    out.objects
+                        .push(self.objects.get(o as usize).cloned().unwrap_or_default());
+                    next
+                })
+            });
+            out.process.entries.push(StackEntry {
+                stack: out.stacks.len() as u32,
+                counts,
+            });
+            out.stacks.push(stack);
+        }
+        out.process.lost = lost;
+        out.process.peak_ns = stats.and_then(|s| (s.peak_time_ns != 0).then_some(s.peak_time_ns));
+        out
+    }
+
+    /// Keeps `pid`'s stacks (it ended) and removes its entries from the kernel.
+    pub(crate) fn finish(&mut self, pid: u32, stats: Option<&PidStats>) {
+        let stacks = self.read(pid, stats);
+        self.finished.insert(pid, stacks);
+        let _ = self.mappings.remove(&pid);
+        self.purge(pid);
+    }
+
+    /// Removes `pid`'s per-stack counters and live-block stack ids from the kernel.
+    fn purge(&mut self, pid: u32) {
+        let keys: Vec<u64> = self
+            .counts
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| (k >> 32) as u32 == pid)
+            .collect();
+        for k in keys {
+            let _ = self.counts.remove(&k);
+        }
+        let live: Vec<LiveKey> = self
+            .live_stack
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| k.tgid == pid)
+            .collect();
+        for k in live {
+            let _ = self.live_stack.remove(&k);
+        }
+    }
+
+    /// Zeroes `pid`'s per-stack counters (with its process counters).
+    pub(crate) fn reset(&mut self, pid: u32) {
+        self.finished.remove(&pid);
+        self.purge(pid);
+    }
+}
+
+fn to_counts(c: &KernelStackCounts, epoch: u64) -> StackCounts {
+    let (at_peak_blocks, at_peak_bytes) = c.at_peak(epoch);
+    StackCounts {
+        alloc_blocks: c.alloc_blocks,
+        alloc_bytes: c.alloc_bytes,
+        freed_blocks: c.freed_blocks,
+        freed_bytes: c.freed_bytes,
+        live_blocks: c.live_blocks,
+        live_bytes: c.live_bytes,
+        at_peak_blocks,
+        at_peak_bytes,
+        max_live_bytes: c.max_live_bytes,
+        max_live_blocks: c.max_live_blocks,
+        total_lifetime_ns: None,
+    }
+}
+
+/// A kernel stack key as a [`Stack`]; `object` maps a tracker object id to the
+/// process's object index.
+fn decode(key: &StackKey, mut object: impl FnMut(u32) -> u32) -> Stack {
+    let mut frames = Vec::new();
+    let mut end = StackEnd::Unknown;
+    for &slot in key.frames.iter() {
+        if slot == 0 {
+            break;
+        }
+        let end_bits = slot >> frame::END_SHIFT;
+        let tag = (slot >> frame::OBJECT_SHIFT) & frame::OBJECT_MASK;
+        if slot & !(3 << frame::END_SHIFT) != frame::NO_FRAME {
+            frames.push(Frame {
+                object: (tag != 0).then(|| object(tag as u32 - 1)),
+                address: slot & frame::ADDRESS_MASK,
+                interrupted: slot & frame::INTERRUPTED != 0,
+            });
+        }
+        if end_bits != frame::end::NONE {
+            end = match end_bits {
+                frame::end::COMPLETE => StackEnd::Complete,
+                frame::end::TRUNCATED => StackEnd::Truncated,
+                _ => StackEnd::Unknown,
+            };
+            break;
+        }
+    }
+    Stack { frames, end }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_decode_to_frames_and_ends() {
+        let mut key = StackKey::ZERO;
+        key.frames[0] = (1 << frame::OBJECT_SHIFT) | 0x11c9;
+        key.frames[1] = (3 << frame::OBJECT_SHIFT) | 0x1201 | frame::INTERRUPTED;
+        key.frames[2] = 0x7fff_0000_1234 | (frame::end::UNKNOWN << frame::END_SHIFT);
+        let stack = decode(&key, |o| o * 10);
+        assert_eq!(
+            stack,
+            Stack {
+                frames: vec![
+                    Frame::returning_to(Some(0), 0x11c9),
+                    Frame {
+                        object: Some(20),
+                        address: 0x1201,
+                        interrupted: true
+                    },
+                    Frame::returning_to(None, 0x7fff_0000_1234),
+                ],
+                end: StackEnd::Unknown,
+            }
+        );
+        let mut empty = StackKey::ZERO;
+        empty.frames[0] = frame::NO_FRAME | (frame::end::COMPLETE << frame::END_SHIFT);
+        assert_eq!(
+            decode(&empty, |o| o),
+            Stack {
+                frames: vec![],
+                end: StackEnd::Complete
+            }
+        );
+    }
+
+    #[test]
+    fn at_peak_is_the_live_value_when_a_peak_came_after_the_last_change() {
+        let c = KernelStackCounts {
+            live_blocks: 2,
+            live_bytes: 20,
+            epoch: 3,
+            peak_blocks: 1,
+            peak_bytes: 7,
+            ..KernelStackCounts::default()
+        };
+        let counts = to_counts(&c, 4);
+        assert_eq!((counts.at_peak_blocks, counts.at_peak_bytes), (2, 20));
+        let counts = to_counts(&c, 3);
+        assert_eq!((counts.at_peak_blocks, counts.at_peak_bytes), (1, 7));
+    }
+}

@@ -1,0 +1,206 @@
+//! Stacks unwound in the kernel: tests/stacks/call_tree.c (built at -O2 without frame
+//! pointers) runs under a tracker with stacks on, and every stack of its allocations is
+//! checked: its frames (symbolized with the executable's symbol table), its end, and its
+//! counters, exactly; the per-stack counters must add up to the process's counters.
+
+use std::{path::Path, process::Command};
+
+use memtrack::{
+    CommandSpec, OutputDir, Scope, Tracker,
+    stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
+};
+use memtrack_test_support::{repo_dir, require_privileges};
+use object::{Object, ObjectSymbol};
+
+/// Builds call_tree.c as the stacks fixtures are built.
+fn build(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("call_tree");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&out)
+        .arg(repo_dir().join("tests/stacks/call_tree.c"))
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "compiling call_tree.c failed");
+    out
+}
+
+/// The function symbol of `exe` holding ELF virtual address `addr`.
+fn symbol_at(exe: &Path, addr: u64) -> Option<String> {
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text)
+        .find(|s| s.address() <= addr && addr < s.address() + s.size())
+        .map(|s| s.name().unwrap().to_string())
+}
+
+/// The frames of each stack as function names of the executable (`?` for a frame in
+/// another object), with the stack's counters.
+fn named(stacks: &ProcessStacks, exe: &Path) -> Vec<(Vec<String>, StackEnd, StackCounts)> {
+    let exe_canonical = exe.canonicalize().unwrap();
+    let mut out: Vec<_> = stacks
+        .process
+        .entries
+        .iter()
+        .map(|e| {
+            let stack = &stacks.stacks[e.stack as usize];
+            let names: Vec<String> = stack
+                .frames
+                .iter()
+                .map(|f| {
+                    let in_exe = f.object.is_some_and(|o| {
+                        stacks.objects[o as usize]
+                            .path
+                            .canonicalize()
+                            .ok()
+                            .as_deref()
+                            == Some(exe_canonical.as_path())
+                    });
+                    if in_exe {
+                        symbol_at(exe, f.lookup_address()).unwrap_or_else(|| "??".into())
+                    } else {
+                        "?".into()
+                    }
+                })
+                .collect();
+            (names, stack.end, e.counts.clone())
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn call_tree_stacks_and_counts_are_exact() {
+    if !require_privileges("call_tree_stacks_and_counts_are_exact") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let tracker = Tracker::builder()
+        .stacks(16)
+        .spawn(CommandSpec::new(&exe))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0));
+    let pid = tracker.pid();
+    let stacks = tracker.stacks(pid).expect("stacks are on");
+    let stats = tracker.collect().unwrap();
+    let got = named(&stacks, &exe);
+    let counts =
+        |alloc_blocks, alloc_bytes, freed_blocks, freed_bytes, at_peak: (u64, u64)| StackCounts {
+            alloc_blocks,
+            alloc_bytes,
+            freed_blocks,
+            freed_bytes,
+            live_blocks: alloc_blocks - freed_blocks,
+            live_bytes: alloc_bytes - freed_bytes,
+            at_peak_blocks: at_peak.0,
+            at_peak_bytes: at_peak.1,
+            max_live_bytes: if alloc_bytes == 1160 { 116 } else { 100 },
+            max_live_blocks: 1,
+            total_lifetime_ns: None,
+        };
+    // Past main: glibc's __libc_start_call_main and __libc_start_main (in libc), then
+    // the executable's _start, whose rule ends the stack.
+    let path = |f: &str| vec![f.to_string()];
+    let expected = vec![
+        (
+            [
+                path("decode"),
+                path("load"),
+                path("main"),
+                path("?"),
+                path("?"),
+                path("_start"),
+            ]
+            .concat(),
+            StackEnd::Complete,
+            counts(10, 1160, 9, 1044, (1, 116)),
+        ),
+        (
+            [
+                path("decode"),
+                path("load_other"),
+                path("main"),
+                path("?"),
+                path("?"),
+                path("_start"),
+            ]
+            .concat(),
+            StackEnd::Complete,
+            counts(3, 300, 3, 300, (1, 100)),
+        ),
+    ];
+    assert_eq!(got, expected, "{stacks:#?}");
+    assert_eq!(stacks.process.lost, StackCounts::default());
+    let total = stacks.process.total();
+    assert_eq!(total.alloc_blocks, stats.alloc_calls, "{stats:#?}");
+    assert_eq!(total.alloc_bytes, stats.bytes_allocated);
+    assert_eq!(total.freed_blocks, stats.free_calls);
+    assert_eq!(total.freed_bytes, stats.bytes_freed);
+    assert_eq!(total.at_peak_bytes, stats.peak_live_bytes);
+    assert_eq!(stacks.depth_limit, 16);
+    assert!(
+        stacks.objects.iter().any(|o| o.build_id.is_some()),
+        "{:#?}",
+        stacks.objects
+    );
+}
+
+/// Stacks off (the default): no stacks are kept.
+#[test]
+fn stacks_are_off_by_default() {
+    if !require_privileges("stacks_are_off_by_default") {
+        return;
+    }
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new("/bin/true"))
+        .unwrap();
+    tracker.wait().unwrap();
+    assert!(tracker.stacks(tracker.pid()).is_none());
+}
+
+/// The in-process tracker writes its stacks file through an `OutputDir`: what it holds
+/// is what `Tracker::stacks` reads, and it adds up to the counters (one block of 1,000
+/// bytes, freed).
+#[test]
+fn in_process_tracker_writes_its_stacks_file() {
+    if !require_privileges("in_process_tracker_writes_its_stacks_file") {
+        return;
+    }
+    let mut tracker = Tracker::builder().stacks(16).build(Scope::Thread).unwrap();
+    tracker.start().unwrap();
+    let v: Vec<u8> = Vec::with_capacity(std::hint::black_box(1000));
+    drop(std::hint::black_box(v));
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        (stats.alloc_calls, stats.bytes_allocated, stats.free_calls),
+        (1, 1000, 1)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutputDir::open(dir.path(), None).unwrap();
+    let path = tracker.write_stacks(&out).unwrap().expect("stacks are on");
+    assert_eq!(path, dir.path().join(stacks_file_name(std::process::id())));
+    let written: ProcessStacks = rmp_serde::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut read = tracker.stacks().unwrap();
+    assert!(written.process.start_ns > 0 && written.process.end_ns > written.process.start_ns);
+    read.process.start_ns = written.process.start_ns;
+    read.process.end_ns = written.process.end_ns;
+    assert_eq!(written, read);
+    assert_eq!(written.process.entries.len(), 1, "{written:#?}");
+    let total = written.process.total();
+    assert_eq!(
+        (
+            total.alloc_blocks,
+            total.alloc_bytes,
+            total.freed_blocks,
+            total.freed_bytes
+        ),
+        (1, 1000, 1, 1000)
+    );
+    let without = Tracker::builder().build(Scope::Thread).unwrap();
+    assert_eq!(without.write_stacks(&out).unwrap(), None);
+}
