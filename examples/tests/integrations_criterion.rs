@@ -1,16 +1,23 @@
-//! memtrack-criterion end to end, through the `criterion_alloc` example binary: a
-//! function allocating exactly 3 blocks of 64 bytes is reported as 192 bytes and 3
-//! allocations per iteration in-process (criterion's estimates, memtrack's line and
-//! result files) and under the runner (its benchmark regions); a repeated run (criterion
-//! then compares exact, zero-variance samples with the saved baseline) still completes;
-//! without privileges and without the runner it says so in one line and runs for timing.
+//! memtrack-criterion end to end, adopted with one changed line (`criterion = { package =
+//! "memtrack-criterion" }`), through the sample crate's `criterion_suite` (three
+//! benchmarks, one allocating on a thread it starts) and `criterion_alloc` (criterion
+//! measuring bytes and allocation calls):
+//!
+//! - in-process: criterion times every benchmark as usual, with memtrack's exact line
+//!   per benchmark and its result file;
+//! - under the runner: memory only: criterion prints no timing, and its saved baselines
+//!   are neither compared with nor overwritten; each benchmark is one exact region;
+//!   criterion's filter and test mode still work;
+//! - one answer: both modes count every benchmark identically;
+//! - byte measurements: exact in-process, never nanoseconds elsewhere.
 
 use memtrack_test_support::{
     can_run_unprivileged, copy_for_nobody, require_privileges, unprivileged,
 };
 use std::{
+    collections::BTreeMap,
     os::unix::fs::PermissionsExt,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Output},
 };
 
@@ -18,15 +25,37 @@ use memtrack::{CommandSpec, RunResults, TrackedProcess};
 
 mod common;
 use common::{
-    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, memtrack_lines, numbers,
-    ran_with_counts_disabled, run_under_runner, text,
+    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, memtrack_lines, numbers,
+    ran_with_counts_disabled, run_under_runner, shows_timings, text,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_criterion_alloc");
+const SUITE: &str = env!("CARGO_BIN_EXE_criterion_suite");
+const ALLOC: &str = env!("CARGO_BIN_EXE_criterion_alloc");
+/// Benchmark (as `cargo bench` does), briefly: the counts do not depend on it.
+const SUITE_ARGS: [&str; 7] = [
+    "--bench",
+    "--warm-up-time",
+    "0.1",
+    "--measurement-time",
+    "0.2",
+    "--sample-size",
+    "10",
+];
 
-/// Runs the example outside any runner, with criterion's and memtrack's output in `dir`.
-fn run_in_process(dir: &Path) -> Output {
-    let output = Command::new(BIN)
+/// The suite's benchmarks by criterion id, with their exact numbers: (alloc_calls,
+/// bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes, peak_live_bytes,
+/// failed + unmatched + lost). The same workloads as divan_suite's, the same numbers.
+const SUITE_EXPECTED: [(&str, Numbers); 3] = [
+    ("thread_4k", (9, 4504, 9, 4504, 0, 0, 4264, 8)),
+    ("three_blocks", (3, 192, 3, 192, 0, 0, 192, 0)),
+    ("vec/grow_100", (6, 2016, 5, 992, 1, 1024, 1024, 0)),
+];
+
+/// Runs `bin` with `args` outside any runner, criterion's and memtrack's output in
+/// `dir`.
+fn run_in_process(bin: &str, args: &[&str], dir: &Path) -> Output {
+    let output = Command::new(bin)
+        .args(args)
         .env("CRITERION_HOME", dir.join("criterion"))
         .env("MEMTRACK_OUTPUT_DIR", dir.join("memtrack"))
         .env_remove("MEMTRACK_FIFO_DIR")
@@ -41,6 +70,17 @@ fn run_in_process(dir: &Path) -> Output {
     output
 }
 
+/// Runs `bin` with `args` under the runner, criterion's output in `criterion_home`.
+fn run_runner(bin: &str, args: &[&str], criterion_home: &Path) -> Captured {
+    let home = criterion_home.to_path_buf();
+    let captured = run_under_runner(
+        move |spec, _| spec.env("CRITERION_HOME", home),
+        CommandSpec::new(bin).args(args.iter().copied()),
+    );
+    assert_eq!(captured.outcome.exit.code, Some(0), "{}", captured.stderr);
+    captured
+}
+
 /// criterion's estimate `name` (mean, median, std_dev, slope) for benchmark `id`.
 fn estimate(criterion_home: &Path, id: &str, name: &str) -> f64 {
     let path = criterion_home.join(id).join("new/estimates.json");
@@ -51,25 +91,219 @@ fn estimate(criterion_home: &Path, id: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} in {}: {json}", path.display()))
 }
 
+/// Every file under `dir` with its contents.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// The one benchmark in the result file saved in-process for `id` under `dir`.
+fn saved(dir: &Path, id: &str, bin: &str) -> memtrack::BenchmarkStats {
+    let read = RunResults::read_dir(&dir.join("memtrack/criterion").join(id))
+        .unwrap()
+        .processes;
+    assert_eq!(read.len(), 1, "{read:#?}");
+    check_is(&read[0], bin);
+    assert_eq!(read[0].benchmarks.len(), 1);
+    assert_eq!(read[0].benchmarks[0].uri, id);
+    read[0].benchmarks[0].clone()
+}
+
+/// Checks that `result` is about `bin`'s process.
+fn check_is(result: &TrackedProcess, bin: &str) {
+    let name = Path::new(bin).file_name().unwrap().to_str().unwrap();
+    assert_ne!(result.pid, std::process::id());
+    assert!(
+        result.command.first().is_some_and(|c| c.ends_with(name)),
+        "{:?}",
+        result.command
+    );
+}
+
+#[test]
+fn in_process_criterion_times_as_usual_and_counts_each_benchmark() {
+    if !require_privileges("in_process_criterion_times_as_usual") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = run_in_process(SUITE, &SUITE_ARGS, dir.path());
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(memtrack_lines(&stderr), vec![IN_PROCESS_LINE], "{stderr}");
+    for expected in [
+        "memtrack three_blocks: 3 allocs, 192 B allocated, peak 192 B live, 0 B live at end \
+         (one iteration)",
+        "memtrack vec/grow_100: 6 allocs, 2,016 B allocated, peak 1,024 B live, 1,024 B live \
+         at end (one iteration)",
+        "memtrack thread_4k: 9 allocs, 4,504 B allocated, peak 4,264 B live, 0 B live at end \
+         (one iteration)",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} in:\n{stdout}");
+    }
+    // criterion's report, timed, its throughput kept; its estimates saved in ns.
+    for id in ["three_blocks", "vec/grow_100", "thread_4k"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no report for {id}:\n{stdout}"));
+        assert!(line.contains("time:") && shows_timings(line), "{line}");
+        assert!(estimate(&dir.path().join("criterion"), id, "mean") > 0.0);
+    }
+    assert!(stdout.contains("thrpt:"), "{stdout}");
+    for (id, expected) in SUITE_EXPECTED {
+        assert_eq!(
+            numbers(&saved(dir.path(), id, SUITE).stats),
+            expected,
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn under_the_runner_criterion_is_memory_only_and_leaves_baselines_alone() {
+    if !require_privileges("under_the_runner_criterion_is_memory_only") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A timing baseline from an earlier run (in-process).
+    run_in_process(SUITE, &SUITE_ARGS, dir.path());
+    let home = dir.path().join("criterion");
+    let before = snapshot(&home);
+    assert!(
+        before
+            .keys()
+            .any(|p| p.ends_with("three_blocks/new/estimates.json")),
+        "{:?}",
+        before.keys()
+    );
+
+    let Captured {
+        outcome,
+        stdout,
+        stderr,
+        dir: results,
+    } = run_runner(SUITE, &SUITE_ARGS, &home);
+    assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
+    // criterion did not run: nothing timed, nothing compared, not a byte of its
+    // baselines changed.
+    assert!(
+        !shows_timings(&stdout) && !stdout.contains("time:"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("change:") && !stdout.contains("regressed"),
+        "{stdout}"
+    );
+    assert_eq!(snapshot(&home), before);
+    // Each benchmark one exact region, the process nothing but their sum.
+    let got: Vec<(&str, Numbers)> = outcome
+        .results
+        .benchmarks()
+        .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
+        .collect();
+    // In the order criterion runs them.
+    let want = [SUITE_EXPECTED[1], SUITE_EXPECTED[2], SUITE_EXPECTED[0]];
+    assert_eq!(got, want, "{:#?}", outcome.results);
+    let process = outcome
+        .results
+        .processes
+        .iter()
+        .find(|r| r.benchmarks.len() == 3)
+        .expect("the suite's result");
+    check_is(process, SUITE);
+    assert_eq!(
+        numbers(&process.stats),
+        (18, 6712, 17, 5688, 1, 1024, 4264, 8)
+    );
+    assert_eq!(outcome.markers.markers.len(), 6, "{:#?}", outcome.markers);
+    let read = RunResults::read_dir(&results.path().join("results")).unwrap();
+    assert_eq!(read, outcome.results);
+}
+
+#[test]
+fn in_process_and_runner_count_every_criterion_benchmark_identically() {
+    if !require_privileges("in_process_and_runner_count_every_criterion_benchmark") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    run_in_process(SUITE, &SUITE_ARGS, dir.path());
+    let in_process: Vec<_> = SUITE_EXPECTED
+        .iter()
+        .map(|(id, _)| saved(dir.path(), id, SUITE))
+        .collect();
+    let runner = run_runner(SUITE, &SUITE_ARGS, &dir.path().join("criterion"));
+    let runner: Vec<_> = runner
+        .outcome
+        .results
+        .benchmarks()
+        .map(|(_, b)| b.clone())
+        .collect();
+    assert_eq!(by_uri(&in_process), by_uri(&runner));
+}
+
+#[test]
+fn under_the_runner_criterions_filter_and_test_mode_still_apply() {
+    if !require_privileges("under_the_runner_criterions_filter_and_test_mode") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("criterion");
+    // criterion's filter (a regex over the full id) selects what is counted.
+    let filtered = run_runner(SUITE, &["--bench", "^vec"], &home);
+    let got: Vec<&str> = filtered
+        .outcome
+        .results
+        .benchmarks()
+        .map(|(_, b)| b.uri.as_str())
+        .collect();
+    assert_eq!(got, vec!["vec/grow_100"]);
+    // `--test` (no timing anyway) goes to criterion, which runs each benchmark once;
+    // memtrack counts them, and criterion saves nothing.
+    let tested = run_runner(SUITE, &["--bench", "--test"], &home);
+    assert_eq!(
+        tested.stdout.matches("Success").count(),
+        3,
+        "{}",
+        tested.stdout
+    );
+    let got: Vec<(&str, Numbers)> = tested
+        .outcome
+        .results
+        .benchmarks()
+        .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.contains(&SUITE_EXPECTED[0]) && got.contains(&SUITE_EXPECTED[2]));
+    assert!(!home.exists() || snapshot(&home).is_empty());
+}
+
 const THREE_BLOCKS: Numbers = (3, 192, 3, 192, 0, 0, 192, 0);
 const VEC_GROW_100: Numbers = (6, 2016, 5, 992, 1, 1024, 1024, 0);
 
 #[test]
-fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
-    if !require_privileges("in_process_criterion_reports_192_bytes") {
+fn in_process_byte_measurements_are_exact_and_compare_cleanly() {
+    if !require_privileges("in_process_byte_measurements_are_exact") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let output = run_in_process(dir.path());
+    let output = run_in_process(ALLOC, &[], dir.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-
     assert_eq!(memtrack_lines(&stderr), vec![IN_PROCESS_LINE], "{stderr}");
-    // memtrack's own line, exact, and criterion's report in bytes / allocs per iteration.
     for expected in [
         "memtrack three_blocks: 3 allocs, 192 B allocated, peak 192 B live, 0 B live at end \
          (one iteration)",
-        "memtrack vec_grow_100: 6 allocs, 2,016 B allocated, peak 1,024 B live, 1,024 B live \
-         at end (one iteration)",
+        "memtrack vec_grow_100_calls: 6 allocs, 2,016 B allocated, peak 1,024 B live, 1,024 B \
+         live at end (one iteration)",
         "[192.00 B 192.00 B 192.00 B]",
         "[1.9688 KiB 1.9688 KiB 1.9688 KiB]",
         "[3.0000 allocs 3.0000 allocs 3.0000 allocs]",
@@ -87,39 +321,27 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
     assert_eq!(estimate(&home, "three_blocks", "mean"), 192.0);
     assert_eq!(estimate(&home, "three_blocks", "median"), 192.0);
     assert_eq!(estimate(&home, "three_blocks", "std_dev"), 0.0);
-    assert!((estimate(&home, "three_blocks", "slope") - 192.0).abs() < 1e-9);
     assert_eq!(estimate(&home, "vec_grow_100", "mean"), 2016.0);
     assert_eq!(estimate(&home, "three_blocks_calls", "mean"), 3.0);
     assert_eq!(estimate(&home, "three_blocks_calls", "std_dev"), 0.0);
     assert_eq!(estimate(&home, "vec_grow_100_calls", "mean"), 6.0);
 
-    // One result file per benchmark, readable like `memtrack report DIR` reads it.
-    let results = dir.path().join("memtrack/criterion");
     for (id, expected) in [
         ("three_blocks", THREE_BLOCKS),
         ("vec_grow_100", VEC_GROW_100),
+        ("three_blocks_calls", THREE_BLOCKS),
+        ("vec_grow_100_calls", VEC_GROW_100),
     ] {
-        let read = RunResults::read_dir(&results.join(id)).unwrap().processes;
-        assert_eq!(read.len(), 1, "{read:#?}");
-        check_is_the_example(&read[0]);
-        assert_eq!(read[0].benchmarks.len(), 1);
-        assert_eq!(read[0].benchmarks[0].uri, id);
-        assert_eq!(numbers(&read[0].benchmarks[0].stats), expected, "{id}");
         assert_eq!(
-            numbers(&read[0].stats),
+            numbers(&saved(dir.path(), id, ALLOC).stats),
             expected,
-            "{id}: the process sums its benchmarks"
-        );
-        let report = memtrack_cli::report::render_text(&read);
-        assert!(
-            report.contains(&format!("benchmark {id} (process")),
-            "{report}"
+            "{id}"
         );
     }
 
     // A second run compares exact, identical samples with the first run's baseline:
     // criterion's t-test has zero variance; the run still completes and reports.
-    let again = run_in_process(dir.path());
+    let again = run_in_process(ALLOC, &[], dir.path());
     let stdout = text(&again.stdout);
     assert!(
         stdout.contains("[192.00 B 192.00 B 192.00 B]"),
@@ -129,45 +351,35 @@ fn in_process_criterion_reports_192_bytes_and_3_allocs_per_iteration() {
         stdout.contains("No change in performance detected."),
         "second run:\n{stdout}"
     );
-    // The second run's result replaced the first's.
-    let read = RunResults::read_dir(&results.join("three_blocks"))
-        .unwrap()
-        .processes;
-    assert_eq!(read.len(), 1, "{read:#?}");
-    assert_eq!(numbers(&read[0].benchmarks[0].stats), THREE_BLOCKS);
-}
-
-/// Checks that `result` is about the example's process.
-fn check_is_the_example(result: &TrackedProcess) {
-    assert_ne!(result.pid, std::process::id());
-    assert!(
-        result
-            .command
-            .first()
-            .is_some_and(|c| c.ends_with("criterion_alloc")),
-        "{:?}",
-        result.command
+    assert_eq!(
+        numbers(&saved(dir.path(), "three_blocks", ALLOC).stats),
+        THREE_BLOCKS
     );
 }
 
 #[test]
-fn under_the_runner_each_benchmark_is_one_exact_region() {
-    if !require_privileges("under_the_runner_each_benchmark_is_one_exact_region") {
+fn under_the_runner_byte_benchmarks_are_regions_and_no_baseline_is_touched() {
+    if !require_privileges("under_the_runner_byte_benchmarks_are_regions") {
         return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    run_in_process(ALLOC, &[], dir.path());
+    let home = dir.path().join("criterion");
+    let before = snapshot(&home);
     let Captured {
         outcome,
+        stdout,
         stderr,
-        dir,
         ..
-    } = run_under_runner(
-        |spec, dir| spec.env("CRITERION_HOME", dir.join("criterion")),
-        CommandSpec::new(BIN),
-    );
-    assert_eq!(outcome.exit.code, Some(0));
+    } = run_runner(ALLOC, &[], &home);
     assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
-
-    let got: Vec<(&str, _)> = outcome
+    // No comparison of nanoseconds with the saved bytes, nothing overwritten.
+    assert!(
+        !stdout.contains("time:") && !stdout.contains("change:"),
+        "{stdout}"
+    );
+    assert_eq!(snapshot(&home), before);
+    let got: Vec<(&str, Numbers)> = outcome
         .results
         .benchmarks()
         .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
@@ -176,62 +388,83 @@ fn under_the_runner_each_benchmark_is_one_exact_region() {
         got,
         vec![
             ("three_blocks", THREE_BLOCKS),
-            ("vec_grow_100", VEC_GROW_100)
-        ],
-        "{:#?}",
-        outcome.results
+            ("vec_grow_100", VEC_GROW_100),
+            ("three_blocks_calls", THREE_BLOCKS),
+            ("vec_grow_100_calls", VEC_GROW_100),
+        ]
     );
-    // Only the regions count: the process is their sum, none of criterion's work.
-    let process = outcome
-        .results
-        .processes
-        .iter()
-        .find(|r| r.benchmarks.len() == 2)
-        .expect("the example's result");
-    assert_eq!(
-        (process.stats.alloc_calls, process.stats.bytes_allocated),
-        (9, 2208)
-    );
-    // Start and end markers around each region.
-    assert_eq!(outcome.markers.markers.len(), 4, "{:#?}", outcome.markers);
-    // Saved where asked, readable again.
-    let read = RunResults::read_dir(&dir.path().join("results")).unwrap();
-    assert_eq!(read, outcome.results);
+}
+
+/// A directory user `nobody` may write, inside `dir`.
+fn writable(dir: &Path) -> PathBuf {
+    let writable = dir.join("out");
+    std::fs::create_dir(&writable).unwrap();
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
+    writable
 }
 
 #[test]
-fn without_privileges_it_says_so_once_and_times_the_benchmarks() {
+fn without_privileges_criterion_times_and_byte_measurements_save_nothing() {
     if !can_run_unprivileged("without_privileges (criterion)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = copy_for_nobody(Path::new(BIN), dir.path());
-    let writable = dir.path().join("out");
-    std::fs::create_dir(&writable).unwrap();
-    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut command = unprivileged(&bin);
-    let output = command
-        .env("CRITERION_HOME", writable.join("criterion"))
-        .env("MEMTRACK_OUTPUT_DIR", writable.join("memtrack"))
-        .env_remove("MEMTRACK_FIFO_DIR")
-        .current_dir(&writable)
-        .output()
-        .unwrap();
-    let (stdout, _) = ran_with_counts_disabled(&output);
-    // Every benchmark ran and was timed; nothing was counted or saved.
+    let out = writable(dir.path());
+    // Each binary with its own criterion directory (both have a `three_blocks`).
+    let run = |bin: &str, args: &[&str]| {
+        let bin = copy_for_nobody(Path::new(bin), dir.path());
+        let name = bin.file_name().unwrap().to_owned();
+        unprivileged(&bin)
+            .args(args)
+            .env("CRITERION_HOME", out.join(name).join("criterion"))
+            .env("MEMTRACK_OUTPUT_DIR", out.join("memtrack"))
+            .env_remove("MEMTRACK_FIFO_DIR")
+            .current_dir(&out)
+            .output()
+            .unwrap()
+    };
+    // The suite: timed by criterion, nothing counted or saved by memtrack.
+    let (stdout, _) = ran_with_counts_disabled(&run(SUITE, &SUITE_ARGS));
+    for (id, _) in SUITE_EXPECTED {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no report for {id}:\n{stdout}"));
+        assert!(line.contains("time:") && shows_timings(line), "{line}");
+    }
+    assert!(!stdout.contains("memtrack "), "{stdout}");
+    assert!(!out.join("memtrack").exists());
+
+    // The byte measurements measure 0, never nanoseconds: criterion refuses each, and
+    // saves no estimate of the wrong unit.
+    let output = run(ALLOC, &[]);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "memtrack-criterion: AllocatedBytes/AllocationCalls measure 0 here (this process \
+             cannot count (no CAP_BPF/CAP_PERFMON)): criterion reports those benchmarks as \
+             taking zero time and saves no baseline"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("took zero time per iteration").count(),
+        4,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("time:"), "{stdout}");
     for id in [
         "three_blocks",
         "vec_grow_100",
         "three_blocks_calls",
         "vec_grow_100_calls",
     ] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("{id} ")))
-            .unwrap_or_else(|| panic!("no report for {id}:\n{stdout}"));
-        let timed = [" ns", " µs", " ms"].iter().any(|unit| line.contains(unit));
-        assert!(line.contains("time:") && timed, "{line}");
+        let estimates = out.join("criterion_alloc/criterion").join(id);
+        assert!(
+            !estimates.join("new/estimates.json").exists(),
+            "{}",
+            estimates.display()
+        );
     }
-    assert!(!stdout.contains("memtrack "), "{stdout}");
-    assert!(!writable.join("memtrack").exists());
 }

@@ -1,9 +1,14 @@
-//! memtrack-divan end to end, through the `divan_suite` example binary (three benchmarks
-//! with known allocations): in-process it prints the exact table after divan's output
-//! and saves one result file that `RunResults::read_dir` (what `memtrack report`
-//! uses) reads back with the exact numbers; under the runner each benchmark is one exact
-//! region; without privileges and without the runner it says so in one line and divan
-//! still runs.
+//! memtrack-divan end to end, adopted with one changed line (`divan = { package =
+//! "memtrack-divan" }`), through the sample crate's `divan_suite` (three benchmarks, one
+//! allocating on a thread it starts) and `divan_shapes` (every form of divan benchmark):
+//!
+//! - in-process: divan times every benchmark as usual (its counters shown), then
+//!   memtrack's exact table, saved as a result file that `RunResults::read_dir` (what
+//!   `memtrack report` uses) reads back;
+//! - under the runner: memory only, no timing printed, each benchmark one exact region;
+//! - one answer: both modes count every benchmark identically (every counter but the
+//!   peak's timestamp), the spawned thread's allocations included;
+//! - without privileges and without the runner: one line says so, divan runs as usual.
 
 use memtrack_test_support::{
     can_run_unprivileged, copy_for_nobody, require_privileges, unprivileged,
@@ -17,26 +22,32 @@ use memtrack::{CommandSpec, RunResults};
 
 mod common;
 use common::{
-    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, memtrack_lines, numbers,
-    ran_with_counts_disabled, run_under_runner, text,
+    ByUri, Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, memtrack_lines, numbers,
+    ran_with_counts_disabled, run_under_runner, shows_timings, text,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_divan_suite");
+const SUITE: &str = env!("CARGO_BIN_EXE_divan_suite");
+const SHAPES: &str = env!("CARGO_BIN_EXE_divan_shapes");
 /// Benchmark, few samples: the counts do not depend on them.
 const ARGS: [&str; 3] = ["--bench", "--sample-count", "3"];
 
-/// The suite's benchmarks in divan's (alphabetical) order, with their exact numbers.
-const EXPECTED: [(&str, Numbers); 3] = [
-    ("divan_suite::boxed_kib", (1, 1024, 0, 0, 1, 1024, 1024, 0)),
-    ("divan_suite::three_blocks", (3, 192, 3, 192, 0, 0, 192, 0)),
+/// The suite's benchmarks in divan's (alphabetical) order, with their exact numbers:
+/// (alloc_calls, bytes_allocated, free_calls, bytes_freed, live_blocks, live_bytes,
+/// peak_live_bytes, failed + unmatched + lost).
+const SUITE_EXPECTED: [(&str, Numbers); 3] = [
+    // The 4,096-byte buffer, and what starting and ending a thread allocates (its
+    // `Thread` handle, packet, closure box, ...): the same in both modes. The unmatched
+    // frees are glibc's thread teardown releasing what it allocated inside itself.
+    ("divan_suite::thread_4k", (9, 4504, 9, 4504, 0, 0, 4264, 8)),
     (
-        "divan_suite::vec_grow_100",
-        (6, 2016, 5, 992, 1, 1024, 1024, 0),
+        "divan_suite::three_blocks_64",
+        (3, 192, 3, 192, 0, 0, 192, 0),
     ),
+    ("divan_suite::vec_grow", (6, 2016, 5, 992, 1, 1024, 1024, 0)),
 ];
 
-fn run_in_process(out: &Path) -> Output {
-    let output = Command::new(BIN)
+fn run_in_process(bin: &str, out: &Path) -> Output {
+    let output = Command::new(bin)
         .args(ARGS)
         .env("MEMTRACK_OUTPUT_DIR", out)
         .env_remove("MEMTRACK_FIFO_DIR")
@@ -51,64 +62,74 @@ fn run_in_process(out: &Path) -> Output {
     output
 }
 
+/// The benchmarks of the one result file in `dir`, after checking it is `bin`'s.
+fn saved_benchmarks(dir: &Path, bin: &str) -> Vec<memtrack::BenchmarkStats> {
+    let results = RunResults::read_dir(dir).unwrap().processes;
+    assert_eq!(results.len(), 1, "{results:#?}");
+    let name = Path::new(bin).file_name().unwrap().to_str().unwrap();
+    assert!(
+        results[0]
+            .command
+            .first()
+            .is_some_and(|c| c.ends_with(name)),
+        "{:?}",
+        results[0].command
+    );
+    results[0].benchmarks.clone()
+}
+
+/// (uri, numbers) of `benchmarks`, in their order.
+fn uri_numbers(benchmarks: &[memtrack::BenchmarkStats]) -> Vec<(&str, Numbers)> {
+    benchmarks
+        .iter()
+        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
+        .collect()
+}
+
 #[test]
-fn in_process_divan_prints_the_exact_table_and_saves_results() {
-    if !require_privileges("in_process_divan_prints_the_exact_table") {
+fn in_process_divan_times_as_usual_then_prints_the_exact_table() {
+    if !require_privileges("in_process_divan_times_as_usual") {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let output = run_in_process(out.path());
+    let output = run_in_process(SUITE, out.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
     assert_eq!(memtrack_lines(&stderr), vec![IN_PROCESS_LINE], "{stderr}");
 
-    // divan's own table first, with timings ...
+    // divan's own table first, with timings and the items counter of `vec_grow` ...
     let ours = stdout
         .find("memtrack: one iteration")
         .unwrap_or_else(|| panic!("no memtrack table in:\n{stdout}"));
     let divan = &stdout[..ours];
-    for name in ["boxed_kib", "three_blocks", "vec_grow_100"] {
+    for name in ["thread_4k", "three_blocks_64", "vec_grow"] {
         assert!(divan.contains(name), "{divan}");
     }
-    assert!(divan.contains("median"), "divan benchmarked:\n{divan}");
-    // ... then memtrack's, exactly.
+    assert!(divan.contains("median") && shows_timings(divan), "{divan}");
+    assert!(divan.contains("item/s"), "divan's counter kept:\n{divan}");
+    // ... then memtrack's, exactly, its title saying what was counted.
     let dir = out.path().join("divan/divan_suite");
     let expected = format!(
-        "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n\
-         benchmark                  allocs  allocated  peak live  live at end\n\
-         divan_suite::boxed_kib          1    1,024 B    1,024 B      1,024 B\n\
-         divan_suite::three_blocks       3      192 B      192 B          0 B\n\
-         divan_suite::vec_grow_100       6    2,016 B    1,024 B      1,024 B\n\
+        "memtrack: one iteration per benchmark, after one warm-up iteration, whole process \
+         (exact)\n\
+         benchmark                     allocs  allocated  peak live  live at end\n\
+         divan_suite::thread_4k             9    4,504 B    4,264 B          0 B\n\
+         divan_suite::three_blocks_64       3      192 B      192 B          0 B\n\
+         divan_suite::vec_grow              6    2,016 B    1,024 B      1,024 B\n\
          memtrack: saved in {0} (read it with `memtrack report {0}`)\n",
         dir.display()
     );
     assert_eq!(&stdout[ours..], expected);
 
-    // One result file for the process, with every benchmark, read as `memtrack report`
-    // reads it.
+    // One result file, read as `memtrack report` reads it; its stats are the sum.
+    let saved = saved_benchmarks(&dir, SUITE);
+    assert_eq!(uri_numbers(&saved), SUITE_EXPECTED);
     let results = RunResults::read_dir(&dir).unwrap().processes;
-    assert_eq!(results.len(), 1, "{results:#?}");
-    let result = &results[0];
-    assert!(
-        result
-            .command
-            .first()
-            .is_some_and(|c| c.ends_with("divan_suite")),
-        "{:?}",
-        result.command
-    );
-    let got: Vec<(&str, Numbers)> = result
-        .benchmarks
-        .iter()
-        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
-        .collect();
-    assert_eq!(got, EXPECTED);
-    // The process's stats are the sum of its benchmarks (peak: the highest).
     assert_eq!(
-        numbers(&result.stats),
-        (10, 3232, 8, 1184, 2, 2048, 1024, 0)
+        numbers(&results[0].stats),
+        (18, 6712, 17, 5688, 1, 1024, 4264, 8)
     );
     let report = memtrack_cli::report::render_text(&results);
-    for (uri, _) in EXPECTED {
+    for (uri, _) in SUITE_EXPECTED {
         assert!(
             report.contains(&format!("benchmark {uri} (process")),
             "{report}"
@@ -116,21 +137,16 @@ fn in_process_divan_prints_the_exact_table_and_saves_results() {
     }
 
     // Run again: the directory holds the latest run only.
-    run_in_process(out.path());
+    run_in_process(SUITE, out.path());
     let again = RunResults::read_dir(&dir).unwrap().processes;
     assert_eq!(again.len(), 1, "{again:#?}");
-    assert_ne!(again[0].pid, result.pid);
-    let got: Vec<(&str, Numbers)> = again[0]
-        .benchmarks
-        .iter()
-        .map(|b| (b.uri.as_str(), numbers(&b.stats)))
-        .collect();
-    assert_eq!(got, EXPECTED);
+    assert_ne!(again[0].pid, results[0].pid);
+    assert_eq!(uri_numbers(&again[0].benchmarks), SUITE_EXPECTED);
 }
 
 #[test]
-fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
-    if !require_privileges("under_the_runner_each_divan_benchmark_is_one_exact_region") {
+fn under_the_runner_divan_is_memory_only_and_each_benchmark_one_exact_region() {
+    if !require_privileges("under_the_runner_divan_is_memory_only") {
         return;
     }
     let Captured {
@@ -138,9 +154,21 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
         stdout,
         stderr,
         dir,
-    } = run_under_runner(|spec, _| spec, CommandSpec::new(BIN).args(ARGS));
+    } = run_under_runner(|spec, _| spec, CommandSpec::new(SUITE).args(ARGS));
     assert_eq!(outcome.exit.code, Some(0));
     assert_eq!(memtrack_lines(&stderr), vec![RUNNER_LINE], "{stderr}");
+    // divan ran each benchmark once (its test mode) and printed no timing.
+    for name in ["thread_4k", "three_blocks_64", "vec_grow"] {
+        assert!(stdout.contains(name), "{stdout}");
+    }
+    assert!(
+        !stdout.contains("median") && !shows_timings(&stdout),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("No benchmark function registered"),
+        "{stderr}"
+    );
     assert!(
         stdout.ends_with(
             "memtrack: `memtrack run` counted one iteration of each benchmark: see its report\n"
@@ -152,9 +180,100 @@ fn under_the_runner_each_divan_benchmark_is_one_exact_region() {
         .benchmarks()
         .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
         .collect();
-    assert_eq!(got, EXPECTED, "{:#?}", outcome.results);
+    assert_eq!(got, SUITE_EXPECTED, "{:#?}", outcome.results);
     let read = RunResults::read_dir(&dir.path().join("results")).unwrap();
     assert_eq!(read, outcome.results);
+}
+
+/// Both modes' counts of `bin`'s benchmarks, by uri, every counter but the peak's time.
+fn both_modes(bin: &str) -> (ByUri, ByUri) {
+    let out = tempfile::tempdir().unwrap();
+    run_in_process(bin, out.path());
+    let name = Path::new(bin).file_name().unwrap().to_str().unwrap();
+    let in_process = saved_benchmarks(&out.path().join("divan").join(name), bin);
+    let runner = run_under_runner(|spec, _| spec, CommandSpec::new(bin).args(ARGS));
+    assert_eq!(runner.outcome.exit.code, Some(0), "{}", runner.stderr);
+    let runner: Vec<_> = runner
+        .outcome
+        .results
+        .benchmarks()
+        .map(|(_, b)| b.clone())
+        .collect();
+    (by_uri(&in_process), by_uri(&runner))
+}
+
+#[test]
+fn in_process_and_runner_count_every_benchmark_identically() {
+    if !require_privileges("in_process_and_runner_count_every_benchmark_identically") {
+        return;
+    }
+    let (in_process, runner) = both_modes(SUITE);
+    assert_eq!(in_process, runner);
+    let got: Vec<(&str, Numbers)> = in_process
+        .iter()
+        .map(|(uri, s)| (uri.as_str(), numbers(s)))
+        .collect();
+    assert_eq!(got, SUITE_EXPECTED);
+    // The thread's mmap (its signal stack) and munmap count in both, too.
+    let thread = &in_process[0].1;
+    let syscalls = thread.syscalls.as_ref().expect("syscalls counted");
+    assert_eq!((syscalls.mmap_calls, syscalls.munmap_calls), (1, 1));
+}
+
+/// Every form in `divan_shapes`, as (uri, allocs, bytes, live bytes at the end).
+const SHAPES_EXPECTED: [(&str, u64, u64, u64); 13] = [
+    ("divan_shapes::array::16", 1, 16, 16),
+    ("divan_shapes::array::32", 1, 32, 32),
+    ("divan_shapes::boxed::u16", 1, 2, 2),
+    ("divan_shapes::boxed::u64", 1, 8, 8),
+    ("divan_shapes::clone_strings::4", 5, 108, 108),
+    ("divan_shapes::clone_strings::8", 9, 216, 216),
+    ("divan_shapes::fill::10", 1, 10, 10),
+    ("divan_shapes::fill::1000", 1, 1000, 1000),
+    ("divan_shapes::group::inner", 1, 5, 5),
+    ("divan_shapes::local_values", 1, 24, 24),
+    ("divan_shapes::owned::ab", 1, 2, 2),
+    ("divan_shapes::owned::abcd", 1, 4, 4),
+    // Run for two thread counts, counted once.
+    ("divan_shapes::threaded", 1, 100, 0),
+];
+
+#[test]
+fn every_form_of_divan_benchmark_is_counted_under_its_divan_name() {
+    if !require_privileges("every_form_of_divan_benchmark_is_counted") {
+        return;
+    }
+    let (in_process, runner) = both_modes(SHAPES);
+    assert_eq!(in_process, runner);
+    let got: Vec<(&str, u64, u64, u64)> = in_process
+        .iter()
+        .map(|(uri, s)| (uri.as_str(), s.alloc_calls, s.bytes_allocated, s.live_bytes))
+        .collect();
+    assert_eq!(got, SHAPES_EXPECTED);
+}
+
+#[test]
+fn divan_options_and_counters_work_as_in_divan() {
+    if !require_privileges("divan_options_and_counters_work_as_in_divan") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let stdout = text(&run_in_process(SHAPES, out.path()).stdout);
+    // `threads = [1, 2]`, the ignored benchmark, input and constant counters, args,
+    // types and consts all show in divan's tree as divan shows them.
+    for expected in [
+        "t=1",
+        "t=2",
+        "(ignored)",
+        "item/s",
+        "B/s",
+        "abcd",
+        "u16",
+        "─ 32 ",
+        "─ inner ",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} in:\n{stdout}");
+    }
 }
 
 #[test]
@@ -163,7 +282,7 @@ fn without_privileges_divan_says_so_once_and_still_runs() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = copy_for_nobody(Path::new(BIN), dir.path());
+    let bin = copy_for_nobody(Path::new(SUITE), dir.path());
     let mut command = unprivileged(&bin);
     let output = command
         .args(ARGS)
@@ -174,8 +293,11 @@ fn without_privileges_divan_says_so_once_and_still_runs() {
         .unwrap();
     let (stdout, _) = ran_with_counts_disabled(&output);
     // divan ran and timed every benchmark; memtrack printed and saved nothing.
-    assert!(stdout.contains("median"), "{stdout}");
-    for name in ["boxed_kib", "three_blocks", "vec_grow_100"] {
+    assert!(
+        stdout.contains("median") && shows_timings(&stdout),
+        "{stdout}"
+    );
+    for name in ["thread_4k", "three_blocks_64", "vec_grow"] {
         assert!(stdout.contains(&format!("─ {name} ")), "{name}:\n{stdout}");
     }
     assert!(!stdout.contains("memtrack"), "{stdout}");

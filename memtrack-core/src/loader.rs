@@ -614,6 +614,13 @@ impl Engine {
         let links = self.take_all_links();
         crate::detach::close_now(links);
     }
+
+    /// Detaches everything on the calling thread, starting no thread
+    /// ([`crate::detach::close_here`]).
+    pub(crate) fn detach_all_here(&mut self) {
+        let links = self.take_all_links();
+        crate::detach::close_here(links);
+    }
 }
 
 impl Drop for Engine {

@@ -197,6 +197,11 @@ impl Shared {
         self.engine.lock().detach_all_now();
     }
 
+    /// Detaches every probe on the calling thread, starting no thread.
+    pub(crate) fn detach_all_here(&self) {
+        self.engine.lock().detach_all_here();
+    }
+
     /// Records how the root process exited and wakes [`wait_root`](Self::wait_root).
     pub(crate) fn root_exited(&self, code: Option<i32>, signal: Option<i32>) {
         *self.root_end.lock() = RootEnd::Exited(ExitStatus { code, signal });

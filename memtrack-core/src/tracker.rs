@@ -311,11 +311,14 @@ impl Tracker {
         self.shared.unattributed_lost_events()
     }
 
-    /// Detaches every probe and waits until the kernel has removed them: about 55 ms
+    /// Detaches every probe and waits until the kernel has removed them: about 70 ms
     /// here with uprobe_multi links, about 110 ms per probed function with perf-event
-    /// links (BENCHMARKS.md). Dropping the tracker also detaches everything, but returns
-    /// at once and lets a background thread wait (the process's exit waits for it).
+    /// links (BENCHMARKS.md). The links are closed on the calling thread, and no thread
+    /// is started, so code that runs after `close` (a benchmark counted by the next
+    /// tracker, say) finds the thread history it would have without memtrack. Dropping
+    /// the tracker also detaches everything, but returns at once and lets a background
+    /// thread wait (the process's exit waits for it).
     pub fn close(self) {
-        self.shared.detach_all_now();
+        self.shared.detach_all_here();
     }
 }

@@ -1,22 +1,15 @@
-//! criterion benchmarks measured in heap allocations with memtrack-criterion: bytes
-//! allocated per iteration ([`AllocatedBytes`]), allocation calls per iteration
-//! ([`AllocationCalls`]), and the full counts of one iteration of each `bench_memtrack`
-//! benchmark. A plain binary driving criterion's API (short runs: 10 samples, 0.3 s),
-//! so tests can run it. As root (counts in-process):
+//! criterion benchmarks measured in heap allocations: bytes allocated per iteration
+//! ([`AllocatedBytes`]) and allocation calls per iteration ([`AllocationCalls`]), with
+//! memtrack-criterion depended on as `criterion` (so `criterion::Criterion` is its
+//! wrapper, and every benchmark also gets memtrack's full counts of one iteration). A
+//! plain binary driving criterion's API (short runs: 10 samples, 0.3 s), so tests can run
+//! it. As root (counts in-process):
 //!
 //! ```sh
 //! cargo run --release -p memtrack-examples --bin criterion_alloc
 //! ```
 //!
-//! or under the runner, which then counts one iteration of `three_blocks` and
-//! `vec_grow_100` as benchmark regions (criterion then measures wall time):
-//!
-//! ```sh
-//! cargo build --release -p memtrack-cli -p memtrack-examples
-//! sudo target/release/memtrack run -- target/release/criterion_alloc
-//! ```
-//!
-//! Expected in-process (criterion's lines, trimmed):
+//! Expected (criterion's lines, trimmed):
 //!
 //! ```text
 //! memtrack three_blocks: 3 allocs, 192 B allocated, peak 192 B live, 0 B live at end (one iteration)
@@ -28,18 +21,20 @@
 //! ```
 //!
 //! ("time" is criterion's fixed label.) The full counts are saved in
-//! `target/memtrack/criterion/three_blocks/` and `.../vec_grow_100/`; show them with
-//! `memtrack report target/memtrack/criterion/three_blocks`. Without root and without the
-//! runner, one line on stderr says counting is disabled and criterion measures time.
+//! `target/memtrack/criterion/three_blocks/` and so on; show them with
+//! `memtrack report target/memtrack/criterion/three_blocks`. Under the runner
+//! (`sudo target/release/memtrack run -- target/release/criterion_alloc`) the run is
+//! memory only: the runner counts one iteration of each benchmark, criterion does not
+//! run. Without root and without the runner the measurements measure 0, which criterion
+//! reports as errors, saving nothing (one line on stderr says why).
 
 use std::{hint::black_box, time::Duration};
 
-use criterion::{Criterion, measurement::Measurement};
-use memtrack_criterion::{AllocatedBytes, AllocationCalls, CriterionMemtrackExt};
+use criterion::{AllocatedBytes, AllocationCalls, Criterion, measurement::Measurement};
 
 /// Three blocks of 64 bytes, freed before returning: 3 allocs, 192 B, peak 192 B.
 fn three_blocks() -> usize {
-    let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|i| Box::new([i as u8; 64]));
+    let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|i| Box::new([i as u8 + 1; 64]));
     black_box(&blocks).len()
 }
 
@@ -64,8 +59,8 @@ fn short<M: Measurement>(c: Criterion<M>) -> Criterion<M> {
 
 fn main() {
     let mut bytes = short(AllocatedBytes::criterion());
-    bytes.bench_memtrack("three_blocks", three_blocks);
-    bytes.bench_memtrack("vec_grow_100", vec_grow_100);
+    bytes.bench_function("three_blocks", |b| b.iter(three_blocks));
+    bytes.bench_function("vec_grow_100", |b| b.iter(vec_grow_100));
 
     let mut calls = short(AllocationCalls::criterion());
     calls.bench_function("three_blocks_calls", |b| b.iter(three_blocks));

@@ -8,12 +8,14 @@ use memtrack::CommandSpec;
 use memtrack_cli::runner::{RunOptions, RunOutcome};
 
 /// What an integration says on stderr when it counts in-process.
-pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting allocations \
-     in-process with eBPF (measuring thread only)";
+pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting one iteration \
+     of each benchmark in-process with eBPF (whole process); probes are attached for that \
+     iteration only, so timings are not affected";
 
 /// What an integration says on stderr when it runs under `memtrack run`.
-pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: the runner counts one \
-     iteration of each memtrack benchmark and reports it";
+pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: memory only, timings skipped \
+     (the runner's probes would slow every timed iteration); the runner counts one iteration \
+     of each benchmark and reports it";
 
 /// What an integration says on stderr when it can neither reach a runner nor count
 /// in-process (no privileges).
@@ -58,6 +60,35 @@ pub fn numbers(s: &memtrack::Stats) -> Numbers {
         s.peak_live_bytes,
         s.failed_allocs + s.unmatched_frees + s.lost_events,
     )
+}
+
+/// Every counter of `s` but the time of its peak (a timestamp): what two runs of the
+/// same benchmark must agree on exactly, per function, size bucket and syscall included.
+pub fn timeless(s: &memtrack::Stats) -> memtrack::Stats {
+    let mut s = s.clone();
+    s.peak_time_ns = 0;
+    s
+}
+
+/// (uri, [`timeless`] stats) of each benchmark, sorted by uri.
+pub type ByUri = Vec<(String, memtrack::Stats)>;
+
+/// The [`ByUri`] of `benchmarks`.
+pub fn by_uri<'a>(benchmarks: impl IntoIterator<Item = &'a memtrack::BenchmarkStats>) -> ByUri {
+    let mut all: Vec<_> = benchmarks
+        .into_iter()
+        .map(|b| (b.uri.clone(), timeless(&b.stats)))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Whether `text` shows a time measurement: a number followed by a time unit.
+pub fn shows_timings(text: &str) -> bool {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| w[0].parse::<f64>().is_ok() && ["ns", "µs", "us", "ms", "s"].contains(&w[1]))
 }
 
 /// What a run under the runner produced.

@@ -1,10 +1,24 @@
-//! # memtrack-criterion: exact heap allocation counts for criterion benchmarks
+//! # memtrack-criterion: criterion, with exact heap allocation counts, in one line
+//!
+//! A drop-in for [criterion](https://docs.rs/criterion) 0.8: depend on it under
+//! criterion's name and change nothing else.
+//!
+//! ```toml
+//! [dev-dependencies]
+//! # criterion = "0.8.2"                                           (before)
+//! criterion = { package = "memtrack-criterion", version = "0.1" }  # (after: the one changed line)
+//! ```
+//!
+//! The benchmarks stay as they are: `criterion_group!`, `criterion_main!`,
+//! `Criterion` (its builder methods, `bench_function`, `bench_with_input`,
+//! `benchmark_group`), `BenchmarkGroup`, `BenchmarkId`, `Bencher` (`iter`,
+//! `iter_batched`, `iter_batched_ref`, `iter_custom`, `iter_with_large_drop`),
+//! `Throughput`, `BatchSize`, `SamplingMode`, `black_box`, `measurement`, `profiler`:
 //!
 //! ```no_run
-//! // benches/alloc.rs, with `[[bench]] name = "alloc"` and `harness = false` in Cargo.toml,
-//! // criterion = "0.8" and memtrack-criterion in [dev-dependencies].
+//! # extern crate memtrack_criterion as criterion;
+//! // benches/alloc.rs, with `[[bench]] name = "alloc"` and `harness = false`.
 //! use criterion::{Criterion, criterion_group, criterion_main};
-//! use memtrack_criterion::{AllocatedBytes, CriterionMemtrackExt};
 //!
 //! /// Three blocks of 64 bytes, freed before returning.
 //! fn three_blocks() -> usize {
@@ -12,78 +26,81 @@
 //!     std::hint::black_box(&blocks).len()
 //! }
 //!
-//! fn benches(c: &mut Criterion<AllocatedBytes>) {
-//!     // criterion reports "192.00 B" per iteration, and memtrack prints and saves the
-//!     // full counts of one iteration: 3 allocs, 192 B, peak 192 B, 0 B live at end.
-//!     c.bench_memtrack("three_blocks", three_blocks);
-//!     // A plain criterion benchmark still works, measured in bytes allocated.
-//!     c.bench_function("vec_1000", |b| b.iter(|| vec![0u8; 1000]));
+//! fn benches(c: &mut Criterion) {
+//!     c.bench_function("three_blocks", |b| b.iter(three_blocks));
 //! }
 //!
-//! criterion_group! {
-//!     name = alloc;
-//!     config = AllocatedBytes::criterion(); // Criterion::default() + this measurement, no plots
-//!     targets = benches
-//! }
+//! criterion_group!(alloc, benches);
 //! criterion_main!(alloc);
 //! ```
 //!
-//! `sudo cargo bench` (or with CAP_BPF and CAP_PERFMON) counts in-process;
-//! `sudo memtrack run -- cargo bench` lets the runner count; anything else runs the
-//! benchmarks for timing only. The choice is made once per process and announced in one
-//! line on stderr (see [`Mode`]).
+//! `sudo cargo bench` (or with CAP_BPF and CAP_PERFMON): criterion's report, its timings
+//! unchanged, and before each benchmark's, a line with memtrack's exact counts of one
+//! iteration:
 //!
-//! ## Two things to use, separately or together
+//! ```text
+//! memtrack three_blocks: 3 allocs, 192 B allocated, peak 192 B live, 0 B live at end (one iteration)
+//! three_blocks            time:   [41.712 ns 41.925 ns 42.172 ns]
+//! ```
 //!
-//! - **Measurements** [`AllocatedBytes`] and [`AllocationCalls`]: criterion measures
-//!   bytes (or allocation calls) per iteration instead of time, with its usual
-//!   statistics, reports and comparisons with the previous run. They count in
-//!   [`Mode::InProcess`] only, and measure wall-clock time otherwise.
-//! - **One counted iteration per benchmark**, with every number memtrack has
-//!   ([`memtrack::Stats`]: calls, bytes, peak live bytes, live at end, per function, ...):
-//!   [`CriterionMemtrackExt::bench_memtrack`] (one line instead of `bench_function`)
-//!   or [`BencherMemtrackExt::iter_memtrack`] (inside any benchmark closure, groups
-//!   included): the first time criterion runs the benchmark, one warm-up iteration runs
-//!   uncounted, then one iteration is counted ([`measure_once`] counts one call, without
-//!   warm-up, wherever you call it):
-//!   - in-process, a line `memtrack ID: 3 allocs, 192 B allocated, peak 192 B live, 0 B
-//!     live at end (one iteration)` goes to stdout and the result is saved as
-//!     `{pid}.MemtrackResult.msgpack` in [`result_dir`]`(ID)`
-//!     (`target/memtrack/criterion/ID/`, read it with `memtrack report DIR`);
-//!   - under `memtrack run`, the iteration is a benchmark region named ID, and the
-//!     runner reports and saves it (one region per benchmark).
+//! The full counts are saved as `{pid}.MemtrackResult.msgpack` in [`result_dir`]`(ID)`
+//! (`target/memtrack/criterion/ID/`; `memtrack report DIR` reads them).
 //!
-//!   The routine's return value is dropped after the count, so "live at end" includes
-//!   what one iteration returns or leaks.
+//! ## How it counts, and why criterion's timings are unaffected
 //!
-//! ## Exact numbers and criterion's statistics
+//! The first time the process runs a benchmark, the `Bencher` runs the routine twice
+//! outside criterion's timing: an uncounted warm-up, then one iteration counted with
+//! memtrack (setup outside the count, the output dropped after it, so "live at end"
+//! includes what one iteration returns or leaks). The [`Mode`], chosen once per process
+//! and announced in one line on stderr, decides how:
 //!
-//! Counts are deterministic: every sample of a benchmark gives the same bytes per
-//! iteration, so the spread is zero. criterion 0.8.2 analyses such samples correctly
-//! (its estimates are the exact value), but on a repeated run, its plot of the
-//! "new against base" t-test has nothing to draw and panics; so plots must be off:
-//! [`AllocatedBytes::criterion`] disables them, or add `.without_plots()` (`--noplot`).
-//! A benchmark that allocates nothing measures exactly 0, which criterion refuses to
-//! analyse ("took zero time per iteration"; it prints that and goes on): no stand-in value
-//! is invented, and `bench_memtrack`'s line shows the exact 0.
+//! - [`Mode::InProcess`] (privileged, not under the runner): the iteration gets a
+//!   tracker of the whole process (threads the routine starts count too), attached just
+//!   before it and closed just after it (about 0.2 s per benchmark), so nothing is
+//!   attached while criterion times.
+//! - [`Mode::Runner`] (`sudo memtrack run -- cargo bench`): the iteration is a benchmark
+//!   region of the runner, which counts the whole process inside it and reports and
+//!   saves it. The runner's probes stay on the whole process for the whole run (every
+//!   allocation call costs microseconds more), so a benchmarking run is memory only:
+//!   criterion itself does not run, times nothing, and neither compares with nor writes
+//!   its saved baselines (`target/criterion/` is untouched). criterion's filter still
+//!   selects the benchmarks; `--test`, `--list` and `--profile-time` runs (which time
+//!   nothing) go to criterion as usual.
+//! - [`Mode::Disabled`]: criterion runs as usual; nothing is counted.
 //!
-//! In-process, only the thread running the iterations is counted (criterion's own
-//! threads are not); under the runner, the whole process is counted inside each region.
-//! A benchmark baseline saved in one mode is compared with the next run's numbers even if
-//! that run is in another mode (bytes against nanoseconds): keep one mode per output
-//! directory.
+//! The counts are the same in both counting modes, to the byte (the examples' tests
+//! check it, a routine allocating on a thread it starts included). `to_async` (criterion's
+//! async features) is not offered.
+//!
+//! ## Measuring bytes instead of time
+//!
+//! [`AllocatedBytes`] and [`AllocationCalls`] are criterion measurements: criterion then
+//! reports bytes (or allocation calls) per iteration, with its statistics and baselines.
+//! `config = AllocatedBytes::criterion()` in `criterion_group!`. Exact counts have zero
+//! variance, which criterion's comparison plot cannot draw, so that configuration turns
+//! plots off. They count in [`Mode::InProcess`] only and measure 0 otherwise (criterion
+//! then refuses to analyse them and saves no baseline), never nanoseconds.
 
 #![warn(missing_docs)]
 
-mod measurement;
+mod cli;
+mod compat;
+mod count;
+mod heap;
+
 use memtrack_integration as session;
 
-use std::path::PathBuf;
+use memtrack::BenchmarkStats;
 
-use criterion::{Bencher, Criterion, measurement::Measurement};
-use memtrack::{BenchmarkStats, Stats};
-
-pub use measurement::{AllocatedBytes, AllocationCalls, Started};
+// `black_box` is criterion's, deprecated there as here.
+#[allow(deprecated)]
+pub use ::criterion::{
+    AxisScale, Baseline, BatchSize, BenchmarkFilter, PlotConfiguration, PlottingBackend,
+    SamplingMode, Throughput, async_executor, black_box, measurement, profiler,
+};
+pub use compat::{Bencher, BenchmarkGroup, BenchmarkId, Criterion, IntoBenchmarkId};
+pub use count::{measure_once, result_dir};
+pub use heap::{AllocatedBytes, AllocationCalls, Started};
 pub use session::Mode;
 
 /// The integration's name, as announced to the runner.
@@ -95,106 +112,46 @@ pub fn mode() -> Mode {
     session::mode(INTEGRATION)
 }
 
-/// The directory where the result of benchmark `id` is saved in-process:
-/// `$MEMTRACK_OUTPUT_DIR/criterion/ID`, by default `target/memtrack/criterion/ID` in
-/// cargo's target directory. `/` in `id` makes subdirectories (like criterion's
-/// `group/function`); characters other than letters, digits, `-`, `_` and `.` become `_`.
-pub fn result_dir(id: &str) -> PathBuf {
-    session::output_base()
-        .join("criterion")
-        .join(session::id_path(id))
-}
-
 /// Every benchmark counted in-process so far in this process, in order (empty in the
 /// other modes).
 pub fn results() -> Vec<BenchmarkStats> {
     session::session(INTEGRATION).recorded.clone()
 }
 
-/// Counts one call of `routine` as benchmark `id`, and returns its counts in-process.
-///
-/// - [`Mode::InProcess`]: prints one line with the exact counts to stdout, saves the
-///   result as `{pid}.MemtrackResult.msgpack` in [`result_dir`]`(id)` (replacing
-///   earlier runs' files there) and returns the [`Stats`].
-/// - [`Mode::Runner`]: the call is a benchmark region named `id`, counted and reported
-///   by the runner; returns `None`.
-/// - [`Mode::Disabled`]: just calls `routine`; returns `None`.
-///
-/// No warm-up: lazily initialised state shows in the counts. The output is dropped after
-/// the count. Do not call it from inside a routine that memtrack is counting.
-pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
-    let mut session = session::session(INTEGRATION);
-    session.note(id);
-    let stats = session.record(id, routine)?;
-    println!("{}", session::summary_line(id, &stats));
-    let bench = BenchmarkStats::new(id, stats.clone());
-    let dir = result_dir(id);
-    if let Err(e) = session.write_result(&dir, &[bench]) {
-        eprintln!("memtrack {id}: result not saved: {e}");
-    }
-    Some(stats)
+/// Defines a function running a group of benchmarks (criterion's `criterion_group!`):
+/// `criterion_group!(name, target, ...)` with `Criterion::default()`, or
+/// `criterion_group! { name = NAME; config = EXPR; targets = target, ... }`.
+#[macro_export]
+macro_rules! criterion_group {
+    (name = $name:ident; config = $config:expr; targets = $( $target:path ),+ $(,)*) => {
+        #[doc = "The function which runs the benchmarks."]
+        pub fn $name() {
+            let mut criterion: $crate::Criterion<_> = $config.configure_from_args();
+            $(
+                $target(&mut criterion);
+            )+
+        }
+    };
+    ($name:ident, $( $target:path ),+ $(,)*) => {
+        $crate::criterion_group! {
+            name = $name;
+            config = $crate::Criterion::default();
+            targets = $( $target ),+
+        }
+    };
 }
 
-/// Counts one iteration of benchmark `id`, once per process: an uncounted warm-up call,
-/// then [`measure_once`].
-fn count_first_time<O>(id: &str, routine: &mut impl FnMut() -> O) {
-    if session::session(INTEGRATION).was_measured(id) {
-        return;
-    }
-    drop(routine());
-    measure_once(id, routine);
-}
-
-/// Counts one iteration of a benchmark with memtrack, from inside a criterion
-/// benchmark closure.
-pub trait BencherMemtrackExt {
-    /// [`Bencher::iter`]`(routine)`, and the first time this process runs benchmark `id`,
-    /// one uncounted warm-up call and one counted call of `routine` first (see
-    /// [`measure_once`]). `id` names the result: use criterion's id (`group/function`
-    /// in a group).
-    ///
-    /// ```no_run
-    /// use criterion::Criterion;
-    /// use memtrack_criterion::BencherMemtrackExt;
-    ///
-    /// let mut c = Criterion::default();
-    /// let mut group = c.benchmark_group("vec");
-    /// for n in [10usize, 1000] {
-    ///     let id = format!("vec/{n}");
-    ///     group.bench_function(n.to_string(), |b| b.iter_memtrack(&id, || vec![0u8; n]));
-    /// }
-    /// group.finish();
-    /// ```
-    fn iter_memtrack<O, R>(&mut self, id: &str, routine: R)
-    where
-        R: FnMut() -> O;
-}
-
-impl<M: Measurement> BencherMemtrackExt for Bencher<'_, M> {
-    fn iter_memtrack<O, R>(&mut self, id: &str, mut routine: R)
-    where
-        R: FnMut() -> O,
-    {
-        count_first_time(id, &mut routine);
-        self.iter(routine);
-    }
-}
-
-/// Benchmarks a routine with criterion and counts one iteration of it with memtrack.
-pub trait CriterionMemtrackExt {
-    /// Same as `bench_function(id, |b| b.iter(routine))`, plus the full counts of one
-    /// iteration (see [`BencherMemtrackExt::iter_memtrack`]).
-    fn bench_memtrack<O, R>(&mut self, id: &str, routine: R) -> &mut Self
-    where
-        R: FnMut() -> O;
-}
-
-impl<M: Measurement + 'static> CriterionMemtrackExt for Criterion<M> {
-    fn bench_memtrack<O, R>(&mut self, id: &str, mut routine: R) -> &mut Self
-    where
-        R: FnMut() -> O,
-    {
-        let uri = id.to_string();
-        self.bench_function(id, move |b| b.iter_memtrack(&uri, &mut routine))
-    }
+/// Defines `main`, running the groups (criterion's `criterion_main!`).
+#[macro_export]
+macro_rules! criterion_main {
+    ( $( $group:path ),+ $(,)* ) => {
+        fn main() {
+            $(
+                $group();
+            )+
+            $crate::Criterion::default()
+                .configure_from_args()
+                .final_summary();
+        }
+    };
 }

@@ -1,83 +1,207 @@
-//! # memtrack-divan: exact heap allocation counts for divan benchmarks
+//! # memtrack-divan: divan, with exact heap allocation counts, in one line
+//!
+//! A drop-in for [divan](https://docs.rs/divan): depend on it under divan's name and
+//! change nothing else.
+//!
+//! ```toml
+//! [dev-dependencies]
+//! # divan = "0.1.21"                                       (before)
+//! divan = { package = "memtrack-divan", version = "0.1" }  # (after: the one changed line)
+//! ```
+//!
+//! The benchmarks stay as they are: `#[divan::bench]` (every option: `args`, `types`,
+//! `consts`, `threads`, `counters`, `sample_count`, ...), `#[divan::bench_group]`,
+//! `divan::Bencher` (`bench`, `bench_local`, `with_inputs`, `bench_values`, `bench_refs`,
+//! `counter`, `input_counter`, `count_inputs_as`), `divan::counter::*`,
+//! `divan::black_box`, `divan::main()`:
 //!
 //! ```no_run
-//! // benches/alloc.rs, with `[[bench]] name = "alloc"` and `harness = false` in Cargo.toml,
-//! // divan = "0.1" and memtrack-divan in [dev-dependencies].
-//! use divan::Bencher;
-//! use memtrack_divan::BencherMemtrackExt;
+//! # extern crate memtrack_divan as divan;
+//! use divan::{Bencher, counter::ItemsCount};
 //!
 //! fn main() {
-//!     // Instead of divan::main(): runs divan, then prints memtrack's table.
-//!     memtrack_divan::main();
+//!     divan::main(); // divan's run, then memtrack's table
 //! }
 //!
 //! /// Three blocks of 64 bytes, freed before returning.
 //! #[divan::bench]
-//! fn three_blocks(bencher: Bencher) {
-//!     bencher.with_memtrack().bench(|| {
-//!         let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|_| Box::new([0u8; 64]));
-//!         divan::black_box(&blocks).len()
-//!     });
+//! fn three_blocks() -> usize {
+//!     let blocks: [Box<[u8; 64]>; 3] = std::array::from_fn(|_| Box::new([0u8; 64]));
+//!     divan::black_box(&blocks).len()
 //! }
 //!
 //! /// A vector of 1000 bytes, returned (so still live when the iteration ends).
 //! #[divan::bench]
 //! fn vec_1000(bencher: Bencher) {
-//!     bencher.with_memtrack().bench(|| vec![0u8; 1000]);
+//!     bencher.counter(ItemsCount::new(1000usize)).bench(|| vec![0u8; 1000]);
 //! }
 //! ```
 //!
-//! `cargo bench` as root (or with CAP_BPF and CAP_PERFMON): after divan's own output it
-//! prints:
+//! `cargo bench` as root (or with CAP_BPF and CAP_PERFMON): divan's table, with its
+//! timings, then:
 //!
 //! ```text
-//! memtrack: one iteration per benchmark, after one warm-up iteration (exact)
+//! memtrack: one iteration per benchmark, after one warm-up iteration, whole process (exact)
 //! benchmark            allocs  allocated  peak live  live at end
 //! alloc::three_blocks       3      192 B      192 B          0 B
 //! alloc::vec_1000           1    1,000 B    1,000 B      1,000 B
 //! memtrack: saved in /path/to/target/memtrack/divan/alloc (read it with `memtrack report ...`)
 //! ```
 //!
-//! ## How it counts
+//! ## How it counts, and why divan's timings are unaffected
 //!
-//! `bencher.with_memtrack()` wraps divan's [`Bencher`]: before divan's timing runs, one
-//! uncounted warm-up iteration runs, then one counted iteration. Inputs from
-//! [`MemtrackBencher::with_inputs`] are made before the count; the benchmark's return
-//! value (and a by-reference input) is dropped after it, as divan does outside its
-//! timing, so "live at end" includes what one iteration returns or leaks. The count
-//! depends on the [`Mode`], chosen once per process and announced in one line on stderr:
+//! `#[divan::bench]` registers the benchmark with divan's own attribute, through a
+//! wrapper that hands the function this crate's [`Bencher`] (see
+//! `memtrack-divan-macros`). The first time the process runs a benchmark, before divan's
+//! loop, one uncounted warm-up call and one counted call of the benchmarked function run;
+//! inputs are made before the count, and the return value (and a by-reference input)
+//! dropped after it, as divan does outside its timing, so "live at end" includes what
+//! one iteration returns or leaks. Then divan runs and times the benchmark as usual.
+//! The count depends on the [`Mode`], chosen once per process and announced in one line
+//! on stderr:
 //!
-//! - [`Mode::InProcess`] (privileged, not under the runner): a tracker in this process
-//!   counts the iteration's thread; [`main`] prints the table above, and every counted
-//!   benchmark is saved (after each one) as this process's
-//!   `{pid}.MemtrackResult.msgpack` in [`result_dir`]
-//!   (`target/memtrack/divan/BINARY/`), readable by `memtrack report DIR` and
-//!   [`memtrack::MemtrackResult::read_dir`]. Earlier runs' files there are removed.
-//! - [`Mode::Runner`] (`memtrack run -- cargo bench`): the iteration is a benchmark
-//!   region of the runner, which counts the whole process inside it, and reports and saves
-//!   it; [`main`] says so instead of printing a table.
+//! - [`Mode::InProcess`] (privileged, not under the runner): the counted call gets a
+//!   tracker of its own, of the whole process (threads the benchmark starts count too),
+//!   attached just before it and closed just after it (about 0.2 s per benchmark), so
+//!   nothing is attached while divan times. [`main`] prints the table above, and every
+//!   counted benchmark is saved (after each one) as this process's
+//!   `{pid}.MemtrackResult.msgpack` in [`result_dir`] (`target/memtrack/divan/BINARY/`),
+//!   readable by `memtrack report DIR` and [`memtrack::MemtrackResult::read_dir`].
+//!   Earlier runs' files there are removed.
+//! - [`Mode::Runner`] (`memtrack run -- cargo bench`): the counted call is a benchmark
+//!   region of the runner, which counts the whole process inside it, and reports and
+//!   saves it. The runner's probes stay attached to the whole process for the whole run
+//!   (every allocation call costs microseconds more), so timings would be wrong: [`main`]
+//!   runs divan in its test mode instead (each benchmark once, nothing timed) and the
+//!   mode line says "memory only, timings skipped".
 //! - [`Mode::Disabled`]: divan runs as usual; nothing is counted.
+//!
+//! The counts are the same in both counting modes, to the byte (the examples' tests
+//! check it, a benchmark allocating on a thread it starts included).
 //!
 //! ## Names
 //!
-//! A benchmark is named by the path of the closure given to `bench` (the benchmark
-//! function's path, crate name first: `alloc::three_blocks`), or by
-//! [`MemtrackBencher::named`]. A function divan runs several times (several `args`,
-//! `consts` or `threads`) is counted each time: `name`, `name#2`, `name#3`, ... unless
-//! named per run: `bencher.with_memtrack().named(format!("fill/{n}"))`.
-//! Benchmarks without a `Bencher` argument are not counted: take a `Bencher` and call
-//! `bench`.
+//! A benchmark is named as divan shows it, crate name first: `alloc::three_blocks`, and
+//! for `types`, `consts` and `args` the type (without its module path), the constant or
+//! the argument after it: `alloc::fill::1000`. A function divan runs several times for
+//! its `threads` values is counted once.
+//!
+//! ## Harnesses that run divan themselves
+//!
+//! `divan::Divan` is divan's own. A `main` that calls `Divan::from_args()...main()`
+//! still gets every benchmark counted and saved, but no table unless it calls [`finish`]
+//! afterwards; under `memtrack run` its benchmarks are not timed (divan then warns "No
+//! benchmark function registered" for each).
 
 #![warn(missing_docs)]
+
+mod bencher;
+mod count;
+
+// `#[bench]` names this crate `::memtrack_divan` inside its own package (doctests).
+extern crate self as memtrack_divan;
 
 use memtrack_integration as session;
 
 use std::path::PathBuf;
 
-use divan::Bencher;
 use memtrack::BenchmarkStats;
 
+pub use bencher::{Bencher, InputCounters, Inputs, NoInputCounters, NoInputs};
+pub use divan::{AllocProfiler, Divan, black_box, black_box_drop, counter};
+pub use memtrack_divan_macros::{bench, bench_group};
 pub use session::Mode;
+
+/// divan itself, for the code `#[divan::bench]` generates.
+#[doc(hidden)]
+pub use divan as __divan;
+
+/// divan's prelude, with this crate's `Bencher` and attributes.
+pub mod prelude {
+    pub use crate::{AllocProfiler, Bencher, Divan, bench, bench_group, black_box, black_box_drop};
+}
+
+/// What `#[divan::bench]` generates calls.
+#[doc(hidden)]
+pub mod __private {
+    /// Wraps divan's bencher for benchmark `uri`.
+    pub fn bencher<'a, 'b>(inner: divan::Bencher<'a, 'b>, uri: String) -> crate::Bencher<'a, 'b> {
+        crate::Bencher::new(inner, uri)
+    }
+
+    /// Names a value the way divan names `args` and `consts`: with `ToString` if it has
+    /// it, else with `Debug` (`ArgName(&x).to_string()`: the inherent method wins when
+    /// `T: ToString`). divan's own helper needs `T: 'static`, which a borrowed argument
+    /// (`&str`) is not.
+    pub struct ArgName<'a, T: ?Sized>(pub &'a T);
+
+    impl<T: std::fmt::Debug + ?Sized> std::fmt::Display for ArgNameDebug<'_, T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{:?}", self.0)
+        }
+    }
+
+    /// [`ArgName`] through `Debug`.
+    pub struct ArgNameDebug<'a, T: ?Sized>(&'a T);
+
+    /// `ArgName(&x).to_string()` for `T: Debug` without `ToString`.
+    pub trait DebugName {
+        /// The `Debug` form.
+        fn to_string(&self) -> String;
+    }
+
+    impl<T: std::fmt::Debug + ?Sized> DebugName for ArgName<'_, T> {
+        fn to_string(&self) -> String {
+            ArgNameDebug(self.0).to_string()
+        }
+    }
+
+    impl<T: ToString + ?Sized> ArgName<'_, T> {
+        /// The `ToString` form.
+        #[allow(clippy::inherent_to_string)]
+        pub fn to_string(&self) -> String {
+            ToString::to_string(self.0)
+        }
+    }
+
+    /// `std::any::type_name::<T>()`.
+    pub fn type_name<T: ?Sized>() -> &'static str {
+        std::any::type_name::<T>()
+    }
+
+    /// A benchmark's name as divan shows its path: `module::name`, then each generic
+    /// type (without its module path, as divan shows it), constant and argument.
+    pub fn uri(
+        module_path: &str,
+        name: &str,
+        types: &[&str],
+        consts: &[String],
+        arg: Option<String>,
+    ) -> String {
+        let mut uri = format!("{module_path}::{name}");
+        for ty in types {
+            uri.push_str("::");
+            uri.push_str(short_type_name(ty));
+        }
+        for value in consts.iter().chain(arg.as_ref()) {
+            uri.push_str("::");
+            uri.push_str(value);
+        }
+        uri
+    }
+
+    /// `ty` without its leading module path (`alloc::string::String` -> `String`),
+    /// stopping at the first generic argument list, as divan does.
+    pub(crate) fn short_type_name(mut ty: &str) -> &str {
+        while let Some((prev, next)) = ty.split_once("::") {
+            if prev.contains('<') {
+                break;
+            }
+            ty = next;
+        }
+        ty
+    }
+}
 
 /// The integration's name, as announced to the runner.
 const INTEGRATION: &str = "memtrack-divan";
@@ -88,11 +212,17 @@ pub fn mode() -> Mode {
     session::mode(INTEGRATION)
 }
 
-/// Runs divan like `divan::main()` (command-line options included), then [`finish`].
-/// Decides the [`Mode`] first, so its one line comes before divan's output.
+/// Runs divan like `divan::main()` (its command-line options included), then [`finish`].
+/// Decides the [`Mode`] first, so its one line comes before divan's output. Under
+/// `memtrack run`, runs divan's test mode instead (each benchmark once, untimed: the
+/// runner's probes would inflate every timing).
 pub fn main() {
-    mode();
-    divan::main();
+    if mode() == Mode::Runner {
+        count::divan_runs_tests();
+        Divan::from_args().test_benches();
+    } else {
+        Divan::from_args().main();
+    }
     finish();
 }
 
@@ -108,7 +238,7 @@ pub fn finish() {
             "memtrack: `memtrack run` counted one iteration of each benchmark: see its report"
         ),
         Mode::InProcess if session.recorded.is_empty() => {
-            println!("memtrack: no benchmark used `with_memtrack()`: nothing counted");
+            println!("memtrack: no benchmark ran: nothing counted");
         }
         Mode::InProcess => {
             println!();
@@ -160,199 +290,11 @@ fn binary_name() -> String {
 /// not exact (lost events) says so after its last column.
 pub fn render_table(benchmarks: &[BenchmarkStats]) -> String {
     let mut out = String::from(
-        "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n",
+        "memtrack: one iteration per benchmark, after one warm-up iteration, whole process \
+         (exact)\n",
     );
     out.push_str(&session::benchmark_table(benchmarks));
     out
-}
-
-/// The path of closure type `F` without its `::{{closure}}` parts: the function that
-/// defines it (`crate::module::function`).
-fn closure_uri<F>() -> String {
-    let mut name = std::any::type_name::<F>();
-    while let Some(outer) = name.strip_suffix("::{{closure}}") {
-        name = outer;
-    }
-    name.to_string()
-}
-
-/// Counts one iteration: `warm_up` uncounted, then `counted` as benchmark `uri` (made
-/// unique in this process), saving the result in-process.
-fn count<O>(uri: &str, warm_up: impl FnOnce(), counted: impl FnOnce() -> O) {
-    warm_up();
-    let mut session = session::session(INTEGRATION);
-    let uri = session.unique_uri(uri);
-    if session.record(&uri, counted).is_some() {
-        let dir = result_dir();
-        if let Err(e) = session.write_result(&dir, &session.recorded) {
-            eprintln!("memtrack {uri}: result not saved: {e}");
-        }
-    }
-}
-
-/// Adds memtrack to divan's [`Bencher`].
-pub trait BencherMemtrackExt<'a, 'b> {
-    /// A [`Bencher`] that counts one iteration with memtrack before divan times the
-    /// benchmark: `bencher.with_memtrack().bench(|| ...)`.
-    fn with_memtrack(self) -> MemtrackBencher<'a, 'b>;
-}
-
-impl<'a, 'b> BencherMemtrackExt<'a, 'b> for Bencher<'a, 'b> {
-    fn with_memtrack(self) -> MemtrackBencher<'a, 'b> {
-        MemtrackBencher {
-            bencher: self,
-            name: None,
-        }
-    }
-}
-
-/// divan's [`Bencher`], counting one iteration with memtrack first (see the crate docs).
-/// Made by [`BencherMemtrackExt::with_memtrack`].
-#[must_use = "a benchmark function must be registered"]
-pub struct MemtrackBencher<'a, 'b> {
-    bencher: Bencher<'a, 'b>,
-    name: Option<String>,
-}
-
-impl std::fmt::Debug for MemtrackBencher<'_, '_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemtrackBencher")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a, 'b> MemtrackBencher<'a, 'b> {
-    /// Names the benchmark in memtrack's results (default: the path of the closure given
-    /// to `bench`, i.e. of the benchmark function).
-    pub fn named(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Counts one iteration of `benched`, then [`Bencher::bench`]`(benched)`.
-    pub fn bench<O, B>(self, benched: B)
-    where
-        B: Fn() -> O + Sync,
-    {
-        let uri = self.name.unwrap_or_else(closure_uri::<B>);
-        count(&uri, || drop(benched()), &benched);
-        self.bencher.bench(benched);
-    }
-
-    /// Counts one iteration of `benched`, then [`Bencher::bench_local`]`(benched)`.
-    pub fn bench_local<O, B>(self, mut benched: B)
-    where
-        B: FnMut() -> O,
-    {
-        let uri = self.name.unwrap_or_else(closure_uri::<B>);
-        drop(benched());
-        count(&uri, || {}, &mut benched);
-        self.bencher.bench_local(benched);
-    }
-
-    /// Benchmarks over inputs from `gen_input`, like [`Bencher::with_inputs`]; inputs are
-    /// made outside the count.
-    pub fn with_inputs<G>(self, gen_input: G) -> MemtrackInputBencher<'a, 'b, G> {
-        MemtrackInputBencher {
-            bencher: self.bencher,
-            name: self.name,
-            gen_input,
-        }
-    }
-}
-
-/// divan's [`Bencher`] with an input generator, counting one iteration with memtrack
-/// first. Made by [`MemtrackBencher::with_inputs`].
-#[must_use = "a benchmark function must be registered"]
-pub struct MemtrackInputBencher<'a, 'b, G> {
-    bencher: Bencher<'a, 'b>,
-    name: Option<String>,
-    gen_input: G,
-}
-
-impl<G> std::fmt::Debug for MemtrackInputBencher<'_, '_, G> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemtrackInputBencher")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<I, G> MemtrackInputBencher<'_, '_, G>
-where
-    G: FnMut() -> I,
-{
-    /// The name in memtrack's results: [`MemtrackBencher::named`]'s, or `B`'s path.
-    fn uri<B>(&mut self) -> String {
-        self.name.take().unwrap_or_else(closure_uri::<B>)
-    }
-
-    /// Counts one call of `benched` on a fresh input, then divan's
-    /// `with_inputs(gen_input).bench_values(benched)`.
-    pub fn bench_values<O, B>(mut self, benched: B)
-    where
-        B: Fn(I) -> O + Sync,
-        G: Fn() -> I + Sync,
-    {
-        let uri = self.uri::<B>();
-        let gen_input = &self.gen_input;
-        let input = gen_input();
-        count(&uri, || drop(benched(gen_input())), || benched(input));
-        self.bencher
-            .with_inputs(self.gen_input)
-            .bench_values(benched);
-    }
-
-    /// Counts one call of `benched` on a fresh input, then divan's
-    /// `with_inputs(gen_input).bench_local_values(benched)`.
-    pub fn bench_local_values<O, B>(mut self, mut benched: B)
-    where
-        B: FnMut(I) -> O,
-    {
-        let uri = self.uri::<B>();
-        drop(benched((self.gen_input)()));
-        let input = (self.gen_input)();
-        count(&uri, || {}, || benched(input));
-        self.bencher
-            .with_inputs(self.gen_input)
-            .bench_local_values(benched);
-    }
-
-    /// Counts one call of `benched` on a fresh input (dropped after the count), then
-    /// divan's `with_inputs(gen_input).bench_refs(benched)`.
-    pub fn bench_refs<O, B>(mut self, benched: B)
-    where
-        B: Fn(&mut I) -> O + Sync,
-        G: Fn() -> I + Sync,
-    {
-        let uri = self.uri::<B>();
-        let gen_input = &self.gen_input;
-        let mut input = gen_input();
-        count(
-            &uri,
-            || drop(benched(&mut gen_input())),
-            || benched(&mut input),
-        );
-        drop(input);
-        self.bencher.with_inputs(self.gen_input).bench_refs(benched);
-    }
-
-    /// Counts one call of `benched` on a fresh input (dropped after the count), then
-    /// divan's `with_inputs(gen_input).bench_local_refs(benched)`.
-    pub fn bench_local_refs<O, B>(mut self, mut benched: B)
-    where
-        B: FnMut(&mut I) -> O,
-    {
-        let uri = self.uri::<B>();
-        drop(benched(&mut (self.gen_input)()));
-        let mut input = (self.gen_input)();
-        count(&uri, || {}, || benched(&mut input));
-        drop(input);
-        self.bencher
-            .with_inputs(self.gen_input)
-            .bench_local_refs(benched);
-    }
 }
 
 #[cfg(test)]
@@ -369,23 +311,31 @@ mod tests {
         let table = render_table(&[BenchmarkStats::new("a::three", stats)]);
         assert_eq!(
             table,
-            "memtrack: one iteration per benchmark, after one warm-up iteration (exact)\n\
+            "memtrack: one iteration per benchmark, after one warm-up iteration, whole process \
+             (exact)\n\
              benchmark  allocs  allocated  peak live  live at end\n\
              a::three        3      192 B      192 B          0 B\n"
         );
     }
 
     #[test]
-    fn closures_are_named_by_their_function() {
-        fn make() -> String {
-            fn uri_of<F>(_: &F) -> String {
-                closure_uri::<F>()
-            }
-            uri_of(&|| 1)
-        }
+    fn uris_follow_divans_paths() {
+        use super::__private::{short_type_name, uri};
+        assert_eq!(uri("suite", "three", &[], &[], None), "suite::three");
         assert_eq!(
-            make(),
-            "memtrack_divan::tests::closures_are_named_by_their_function::make"
+            uri(
+                "suite::group",
+                "fill",
+                &["alloc::string::String"],
+                &["4".into()],
+                Some("10".into())
+            ),
+            "suite::group::fill::String::4::10"
         );
+        assert_eq!(
+            short_type_name("alloc::vec::Vec<alloc::string::String>"),
+            "Vec<alloc::string::String>"
+        );
+        assert_eq!(short_type_name("u8"), "u8");
     }
 }

@@ -5,6 +5,13 @@
 //! Shared by `memtrack-criterion` and `memtrack-divan` (each passes its own name), so
 //! every harness picks its mode, counts, saves and prints the same way
 //! ([`summary_line`], [`benchmark_table`]).
+//!
+//! Timings are never measured while probes are attached: in-process, each counted
+//! iteration gets a tracker of its own, made just before it and closed
+//! ([`Tracker::close`], which waits until the kernel has removed every probe) just after
+//! it, so the harness times its iterations with nothing attached; under `memtrack run`
+//! the runner's probes sit on the whole process for the whole run, so the harnesses skip
+//! timing there ([`Mode::Runner`], [`RUNNER_LINE`]).
 #![warn(missing_docs)]
 
 mod human;
@@ -17,19 +24,41 @@ use std::{
 };
 
 use fifo_protocol::{FifoClient, IntegrationMode, Marker, now_ns};
-use memtrack::{BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, Tracker};
+use memtrack::{
+    BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, TrackedProcess, Tracker,
+};
+
+/// What an integration says on stderr, once, when it runs under `memtrack run`.
+pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: memory only, timings skipped \
+     (the runner's probes would slow every timed iteration); the runner counts one iteration \
+     of each benchmark and reports it";
+
+/// What an integration says on stderr, once, when it counts in-process.
+pub const IN_PROCESS_LINE: &str = "memtrack: not under `memtrack run`: counting one iteration \
+     of each benchmark in-process with eBPF (whole process); probes are attached for that \
+     iteration only, so timings are not affected";
+
+/// What an integration says on stderr, once, when it can neither reach a runner nor count
+/// in-process for lack of privileges.
+pub const DISABLED_LINE: &str = "memtrack: not under `memtrack run` and no \
+     CAP_BPF/CAP_PERFMON: allocation counts disabled, timing only";
 
 /// How this process counts allocations, decided once (on first use) and announced in
 /// one line on stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Running under `memtrack run`: the runner counts, in the kernel, one iteration of
-    /// each benchmark, bracketed over its FIFO; this process sees no numbers and writes
-    /// no result files (the runner reports and saves them).
+    /// each benchmark, bracketed over its FIFO, in the whole process (every thread);
+    /// this process sees no numbers and writes no result files (the runner reports and
+    /// saves them). The runner's probes are attached to the whole process for the whole
+    /// run, so every allocation call costs microseconds more: the integrations skip
+    /// timing in this mode and say so ([`RUNNER_LINE`]).
     Runner,
-    /// Not under the runner, but privileged (root, or CAP_BPF and CAP_PERFMON): a
-    /// [`memtrack::Tracker`] in this process counts the allocations of the measuring
-    /// thread only ([`Scope::Thread`]), so harness threads are not counted.
+    /// Not under the runner, but privileged (root, or CAP_BPF and CAP_PERFMON): each
+    /// counted iteration gets a [`memtrack::Tracker`] of the whole process
+    /// ([`Scope::Process`], every thread, so allocations on threads the benchmark starts
+    /// count, as under the runner), made before the iteration and closed after it.
+    /// Nothing is attached while the harness times.
     InProcess,
     /// Neither: allocations are not counted; benchmarks still run (timing only).
     Disabled,
@@ -39,8 +68,13 @@ pub enum Mode {
 pub enum Backend {
     /// Connected to `memtrack run`.
     Runner(FifoClient),
-    /// A thread-scoped tracker of this process.
-    InProcess(Tracker),
+    /// A tracker per counted iteration; `process` is this process's record from the
+    /// last one (pid, command line, probes), for the result file.
+    InProcess {
+        /// The record of the last counted iteration's tracker, without its counters
+        /// (boxed: it is large, and the session holds one backend).
+        process: Option<Box<TrackedProcess>>,
+    },
     /// Nothing counts.
     Disabled,
 }
@@ -61,8 +95,8 @@ static SESSION: OnceLock<Mutex<Session>> = OnceLock::new();
 static MODE: OnceLock<Mode> = OnceLock::new();
 
 /// The session, detected and announced on first use. Locked: measuring is serialised,
-/// so two threads cannot share the thread-scoped tracker or a region at once. Never
-/// call it from inside a measured routine (the lock is not re-entrant).
+/// so two threads cannot count at once. Never call it from inside a measured routine
+/// (the lock is not re-entrant).
 pub fn session(integration: &str) -> MutexGuard<'static, Session> {
     SESSION
         .get_or_init(|| Mutex::new(Session::detect(integration)))
@@ -92,6 +126,11 @@ fn handshake(client: &mut FifoClient, integration: &str) -> Result<(), String> {
     }
 }
 
+/// A tracker of this whole process, as every counted iteration uses.
+fn process_tracker() -> memtrack::Result<Tracker> {
+    Tracker::builder().build(Scope::Process)
+}
+
 impl Session {
     fn detect(integration: &str) -> Session {
         let (backend, line) = Self::choose(integration);
@@ -110,32 +149,30 @@ impl Session {
         let not_runner = match FifoClient::from_env() {
             None => "not under `memtrack run`".to_string(),
             Some(Ok(mut client)) => match handshake(&mut client, integration) {
-                Ok(()) => {
-                    return (
-                        Backend::Runner(client),
-                        "memtrack: under `memtrack run`: the runner counts one iteration of \
-                         each memtrack benchmark and reports it"
-                            .to_string(),
-                    );
-                }
+                Ok(()) => return (Backend::Runner(client), RUNNER_LINE.to_string()),
                 Err(e) => format!("`memtrack run` did not answer ({e})"),
             },
             Some(Err(e)) => format!("`memtrack run` is unreachable ({e})"),
         };
-        match Tracker::builder().build(Scope::Thread) {
-            Ok(tracker) => (
-                Backend::InProcess(tracker),
-                format!(
-                    "memtrack: {not_runner}: counting allocations in-process with eBPF \
-                     (measuring thread only)"
-                ),
-            ),
+        // One trial tracker, closed at once, so the line says what really works here
+        // (about 0.1 s, once per process).
+        match process_tracker() {
+            Ok(tracker) => {
+                tracker.close();
+                let line = if not_runner == "not under `memtrack run`" {
+                    IN_PROCESS_LINE.to_string()
+                } else {
+                    IN_PROCESS_LINE.replacen("not under `memtrack run`", &not_runner, 1)
+                };
+                (Backend::InProcess { process: None }, line)
+            }
             Err(memtrack::Error::MissingCapabilities { .. }) => (
                 Backend::Disabled,
-                format!(
-                    "memtrack: {not_runner} and no CAP_BPF/CAP_PERFMON: allocation counts \
-                     disabled, timing only"
-                ),
+                if not_runner == "not under `memtrack run`" {
+                    DISABLED_LINE.to_string()
+                } else {
+                    DISABLED_LINE.replacen("not under `memtrack run`", &not_runner, 1)
+                },
             ),
             Err(e) => (
                 Backend::Disabled,
@@ -151,7 +188,7 @@ impl Session {
     pub fn mode(&self) -> Mode {
         match self.backend {
             Backend::Runner(_) => Mode::Runner,
-            Backend::InProcess(_) => Mode::InProcess,
+            Backend::InProcess { .. } => Mode::InProcess,
             Backend::Disabled => Mode::Disabled,
         }
     }
@@ -188,15 +225,20 @@ impl Session {
         self.measured.contains_key(uri)
     }
 
-    /// Runs `routine` once as benchmark `uri`, counted: a region of the runner, or the
-    /// in-process tracker between `start` and `stop`. Returns the routine's output, not
-    /// yet dropped (so the caller drops it outside the count), and in-process the stats.
+    /// Runs `routine` once as benchmark `uri`, counted in the whole process: a region of
+    /// the runner, or in-process a tracker made for this call (105-175 ms to attach
+    /// here), started, stopped and closed (60-100 ms until the kernel has removed its
+    /// probes)
+    /// before this returns. Returns the routine's output, not yet dropped (so the caller
+    /// drops it outside the count), and in-process the stats.
     ///
     /// Nothing here allocates between the start of counting and the end of the routine,
     /// nor between the routine's end and the stop of counting: the FIFO client's
     /// `start_benchmark`/`stop_benchmark` and the tracker's `start`/`stop` are
-    /// allocation-free on their success paths. Failures are reported on stderr and leave
-    /// the iteration uncounted.
+    /// allocation-free on their success paths. Whatever other threads of the process do
+    /// meanwhile counts too: call it while the harness is quiescent (criterion and divan
+    /// run one benchmark at a time). Failures are reported on stderr and leave the
+    /// iteration uncounted.
     pub fn measure<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> (O, Option<Stats>) {
         match &mut self.backend {
             Backend::Disabled => (routine(), None),
@@ -221,15 +263,32 @@ impl Session {
                 }
                 (output, None)
             }
-            Backend::InProcess(tracker) => {
-                if let Err(e) = tracker.reset().and_then(|()| tracker.start()) {
+            Backend::InProcess { process } => {
+                let mut tracker = match process_tracker() {
+                    Ok(tracker) => tracker,
+                    Err(e) => {
+                        eprintln!("memtrack: {uri}: not counted: {e}");
+                        return (routine(), None);
+                    }
+                };
+                if let Err(e) = tracker.start() {
                     eprintln!("memtrack: {uri}: not counted: {e}");
+                    tracker.close();
                     return (routine(), None);
                 }
                 let output = routine();
                 let stopped = tracker.stop();
-                match stopped.and_then(|()| tracker.collect()) {
-                    Ok(stats) => (output, Some(stats)),
+                let counted = stopped.and_then(|()| {
+                    let stats = tracker.collect()?;
+                    Ok((stats, tracker.process()?))
+                });
+                // Closed before anything else runs: the caller may time next.
+                tracker.close();
+                match counted {
+                    Ok((stats, record)) => {
+                        *process = Some(Box::new(record));
+                        (output, Some(stats))
+                    }
                     Err(e) => {
                         eprintln!("memtrack: {uri}: not counted: {e}");
                         (output, None)
@@ -241,7 +300,8 @@ impl Session {
 
     /// Writes `benchmarks` as this process's result file in `dir`
     /// (`{pid}.MemtrackResult.msgpack`, its `stats` the sum of the benchmarks), after
-    /// removing result files of earlier runs from `dir`. In-process only. The file, and
+    /// removing result files of earlier runs from `dir`. In-process only, after at least
+    /// one counted iteration (otherwise `Ok(None)`). The file, and
     /// directories created for it, belong to the invoking user when this runs as root
     /// through sudo ([`memtrack::sudo_invoker`]).
     pub fn write_result(
@@ -249,10 +309,13 @@ impl Session {
         dir: &Path,
         benchmarks: &[BenchmarkStats],
     ) -> memtrack::Result<Option<PathBuf>> {
-        let Backend::InProcess(tracker) = &self.backend else {
+        let Backend::InProcess {
+            process: Some(process),
+        } = &self.backend
+        else {
             return Ok(None);
         };
-        let mut process = tracker.process()?;
+        let mut process = TrackedProcess::clone(process);
         let mut total = Stats::default();
         for bench in benchmarks {
             total.merge(&bench.stats);

@@ -3,22 +3,29 @@
 //! handed out per iteration), counted exactly by memtrack's in-process tracker.
 //!
 //! criterion calls [`Measurement::start`] before a batch of iterations and
-//! [`Measurement::end`] after it, then divides by the iteration count; the tracker counts
-//! the measuring thread only, between the two. Without in-process counting (under the
-//! runner, or without privileges; see [`Mode`]) both fall back to wall-clock time, with
-//! criterion's own time formatting, so benchmarks still run.
+//! [`Measurement::end`] after it, then divides by the iteration count; a tracker of the
+//! whole process counts between the two. The tracker is made at the first batch and
+//! closed (its probes removed) when the last of these measurements is dropped, with the
+//! [`Criterion`](crate::Criterion) that holds it: benchmarks measured in bytes are not
+//! timed, so its probes slow nothing that is.
+//!
+//! A byte measurement never measures anything but bytes: where it cannot count (under
+//! `memtrack run`, whose runner counts; without privileges) every batch measures 0,
+//! which criterion refuses to analyse ("took zero time per iteration"), so it neither
+//! saves nor compares a baseline of wrong units, and one line on stderr says why.
 
-use std::{sync::MutexGuard, time::Instant};
+use std::sync::{
+    Mutex, MutexGuard,
+    atomic::{AtomicBool, AtomicUsize, Ordering},
+};
 
 use criterion::{
-    Criterion, Throughput,
-    measurement::{Measurement, ValueFormatter, WallTime},
+    Throughput,
+    measurement::{Measurement, ValueFormatter},
 };
+use memtrack::{Scope, Tracker};
 
-use crate::{
-    INTEGRATION,
-    session::{self, Backend, Mode, Session},
-};
+use crate::{Criterion, INTEGRATION, session::Mode};
 
 /// What a measurement counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,76 +42,105 @@ pub struct Started(Start);
 
 /// What [`Heap::start`] hands to [`Heap::end`].
 enum Start {
-    /// Counting: the session stays locked until `end`.
-    Counting(MutexGuard<'static, Session>),
-    /// The tracker could not start: the batch is not counted.
-    Failed,
-    /// Fallback: wall-clock time.
-    Timing(Instant),
+    /// Counting: the tracker stays locked until `end`.
+    Counting(MutexGuard<'static, Option<Tracker>>),
+    /// Not counting (the tracker failed, or this mode cannot count): the batch is 0.
+    Off,
 }
+
+/// The tracker all heap measurements of this process share (made at their first
+/// batch), and how many counting measurements exist (the last one dropped closes it).
+static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
+static COUNTING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the "cannot count here" line was printed.
+static TOLD: AtomicBool = AtomicBool::new(false);
 
 /// The shared implementation of [`AllocatedBytes`] and [`AllocationCalls`].
 struct Heap {
     counting: bool,
     formatter: HeapFormatter,
-    wall: WallTime,
 }
 
 impl Heap {
     fn new(quantity: Quantity) -> Heap {
+        let counting = crate::mode() == Mode::InProcess;
+        if counting {
+            COUNTING.fetch_add(1, Ordering::SeqCst);
+        }
         Heap {
-            counting: session::mode(INTEGRATION) == Mode::InProcess,
+            counting,
             formatter: HeapFormatter { quantity },
-            wall: WallTime,
         }
     }
 
     fn start(&self) -> Start {
         if !self.counting {
-            return Start::Timing(Instant::now());
-        }
-        let mut session = session::session(INTEGRATION);
-        let Backend::InProcess(tracker) = &mut session.backend else {
-            return Start::Failed;
-        };
-        match tracker.reset().and_then(|()| tracker.start()) {
-            // From here to `end`, nothing but the benchmark's iterations runs on this
-            // thread: criterion calls `end` right after the loop.
-            Ok(()) => Start::Counting(session),
-            Err(e) => {
-                eprintln!("memtrack: cannot start counting: {e}");
-                Start::Failed
+            // Said once, when criterion first measures with one (a memory-only run under
+            // `memtrack run` never does).
+            if !TOLD.swap(true, Ordering::SeqCst) {
+                let why = match crate::mode() {
+                    Mode::Runner => "under `memtrack run` the runner counts, not this process",
+                    _ => "this process cannot count (no CAP_BPF/CAP_PERFMON)",
+                };
+                eprintln!(
+                    "{INTEGRATION}: AllocatedBytes/AllocationCalls measure 0 here ({why}): \
+                     criterion reports those benchmarks as taking zero time and saves no \
+                     baseline"
+                );
             }
+            return Start::Off;
+        }
+        let mut tracker = TRACKER.lock().unwrap_or_else(|p| p.into_inner());
+        if tracker.is_none() {
+            match Tracker::builder().build(Scope::Process) {
+                Ok(made) => *tracker = Some(made),
+                Err(e) => {
+                    eprintln!("memtrack: cannot start counting: {e}");
+                    return Start::Off;
+                }
+            }
+        }
+        let started = tracker.as_mut().map(|t| t.reset().and_then(|()| t.start()));
+        match started {
+            // From here to `end`, nothing but the benchmark's iterations runs:
+            // criterion calls `end` right after the loop.
+            Some(Ok(())) => Start::Counting(tracker),
+            Some(Err(e)) => {
+                eprintln!("memtrack: cannot start counting: {e}");
+                Start::Off
+            }
+            None => Start::Off,
         }
     }
 
     fn end(&self, start: Start) -> u64 {
-        match start {
-            Start::Timing(began) => began.elapsed().as_nanos() as u64,
-            Start::Failed => 0,
-            Start::Counting(mut session) => {
-                let Backend::InProcess(tracker) = &mut session.backend else {
-                    return 0;
-                };
-                match tracker.stop().and_then(|()| tracker.collect()) {
-                    Ok(stats) => match self.formatter.quantity {
-                        Quantity::Bytes => stats.bytes_allocated,
-                        Quantity::Calls => stats.alloc_calls,
-                    },
-                    Err(e) => {
-                        eprintln!("memtrack: cannot collect the counts: {e}");
-                        0
-                    }
-                }
+        let Start::Counting(mut tracker) = start else {
+            return 0;
+        };
+        let Some(tracker) = tracker.as_mut() else {
+            return 0;
+        };
+        match tracker.stop().and_then(|()| tracker.collect()) {
+            Ok(stats) => match self.formatter.quantity {
+                Quantity::Bytes => stats.bytes_allocated,
+                Quantity::Calls => stats.alloc_calls,
+            },
+            Err(e) => {
+                eprintln!("memtrack: cannot collect the counts: {e}");
+                0
             }
         }
     }
+}
 
-    fn formatter(&self) -> &dyn ValueFormatter {
-        if self.counting {
-            &self.formatter
-        } else {
-            self.wall.formatter()
+impl Drop for Heap {
+    fn drop(&mut self) {
+        if self.counting && COUNTING.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let tracker = TRACKER.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(tracker) = tracker {
+                tracker.close();
+            }
         }
     }
 }
@@ -186,9 +222,9 @@ macro_rules! heap_measurement {
 
         impl $name {
             #[doc = concat!(
-                "A measurement of ", $unit, " per iteration. Decides the [`Mode`] of this ",
-                "process if it is not decided yet (announcing it in one line on stderr); ",
-                "without in-process counting it measures wall-clock time instead."
+                "A measurement of ", $unit, " per iteration. Decides the [`Mode`](crate::Mode) ",
+                "of this process if it is not decided yet (announcing it in one line on ",
+                "stderr); without in-process counting it measures 0 (see the module docs)."
             )]
             pub fn new() -> Self {
                 $name {
@@ -196,13 +232,14 @@ macro_rules! heap_measurement {
                 }
             }
 
-            /// Whether this measurement counts allocations (in-process mode) rather than
-            /// falling back to wall-clock time.
+            /// Whether this measurement counts allocations (in-process mode); otherwise
+            /// every batch measures 0.
             pub fn is_counting(&self) -> bool {
                 self.heap.counting
             }
 
-            /// `Criterion::default()` measuring with this, plots disabled.
+            /// [`Criterion::default()`](crate::Criterion) measuring with this, plots
+            /// disabled.
             ///
             /// Plots are off because exact counts are identical in every sample: on a
             /// repeated run criterion 0.8's t-test of "new against base" then has no
@@ -212,7 +249,7 @@ macro_rules! heap_measurement {
             /// Building `Criterion` yourself? Add `.without_plots()` (or pass
             /// `--noplot`).
             pub fn criterion() -> Criterion<$name> {
-                Criterion::default()
+                crate::Criterion::default()
                     .with_measurement($name::new())
                     .without_plots()
             }
@@ -249,7 +286,7 @@ macro_rules! heap_measurement {
             }
 
             fn formatter(&self) -> &dyn ValueFormatter {
-                self.heap.formatter()
+                &self.heap.formatter
             }
         }
     };
@@ -261,8 +298,7 @@ heap_measurement!(
     /// B, KiB, MiB or GiB.
     ///
     /// ```no_run
-    /// use criterion::Criterion;
-    /// use memtrack_criterion::AllocatedBytes;
+    /// use memtrack_criterion::{AllocatedBytes, Criterion};
     ///
     /// let mut c = Criterion::default()
     ///     .with_measurement(AllocatedBytes::new())
@@ -270,12 +306,11 @@ heap_measurement!(
     /// c.bench_function("vec_1000", |b| b.iter(|| vec![0u8; 1000]));
     /// ```
     ///
-    /// Counts only in [`Mode::InProcess`], on the thread that runs the iterations; in
-    /// the other modes it measures wall-clock time (nanoseconds). A sample that
-    /// allocates nothing measures 0, which criterion 0.8 refuses to analyse ("took zero
-    /// time per iteration"): it prints that error for the benchmark and goes on. No
-    /// stand-in value is invented; the exact zero shows in the line that
-    /// [`bench_memtrack`](crate::CriterionMemtrackExt::bench_memtrack) prints.
+    /// Counts only in [`Mode::InProcess`](crate::Mode::InProcess), in the whole process;
+    /// in the other modes it measures 0 (see the module docs). A sample that allocates
+    /// nothing measures 0, which criterion 0.8 refuses to analyse ("took zero time per
+    /// iteration"): it prints that error for the benchmark and goes on. No stand-in
+    /// value is invented; the exact zero shows in memtrack's line for the benchmark.
     AllocatedBytes,
     Quantity::Bytes,
     "bytes allocated"

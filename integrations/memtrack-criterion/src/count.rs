@@ -1,0 +1,53 @@
+//! Counting one iteration per benchmark, the first time the process runs it.
+
+use std::path::PathBuf;
+
+use memtrack::{BenchmarkStats, Stats};
+
+use crate::{INTEGRATION, Mode, session};
+
+/// The directory where the result of benchmark `id` is saved in-process:
+/// `$MEMTRACK_OUTPUT_DIR/criterion/ID`, by default `target/memtrack/criterion/ID` in
+/// cargo's target directory. `/` in `id` makes subdirectories (like criterion's
+/// `group/function`); characters other than letters, digits, `-`, `_` and `.` become `_`.
+pub fn result_dir(id: &str) -> PathBuf {
+    session::output_base()
+        .join("criterion")
+        .join(session::id_path(id))
+}
+
+/// Whether benchmark `uri` is to be counted now: counting is possible here and this
+/// process has not counted it yet (criterion calls a benchmark's closure once per sample).
+pub(crate) fn wanted(uri: &str) -> bool {
+    session::mode(INTEGRATION) != Mode::Disabled && !session::session(INTEGRATION).was_measured(uri)
+}
+
+/// Counts one call of `counted` as benchmark `uri` (see [`measure_once`]).
+pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
+    measure_once(uri, counted);
+}
+
+/// Counts one call of `routine` as benchmark `id`, and returns its counts in-process.
+///
+/// - [`Mode::InProcess`]: the call is counted by a tracker of the whole process, made
+///   for it and closed before this returns; prints one line with the exact counts to
+///   stdout, saves the result as `{pid}.MemtrackResult.msgpack` in [`result_dir`]`(id)`
+///   (replacing earlier runs' files there) and returns the [`Stats`].
+/// - [`Mode::Runner`]: the call is a benchmark region named `id`, counted and reported
+///   by the runner; returns `None`.
+/// - [`Mode::Disabled`]: just calls `routine`; returns `None`.
+///
+/// No warm-up: lazily initialised state shows in the counts. The output is dropped after
+/// the count. Do not call it from inside a routine that memtrack is counting.
+pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
+    let mut session = session::session(INTEGRATION);
+    session.note(id);
+    let stats = session.record(id, routine)?;
+    println!("{}", session::summary_line(id, &stats));
+    let bench = BenchmarkStats::new(id, stats.clone());
+    let dir = result_dir(id);
+    if let Err(e) = session.write_result(&dir, &[bench]) {
+        eprintln!("memtrack {id}: result not saved: {e}");
+    }
+    Some(stats)
+}

@@ -1,0 +1,46 @@
+//! Counting one iteration per benchmark, and whether divan times afterwards.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{INTEGRATION, Mode, result_dir, session};
+
+/// Set by [`crate::main`] under `memtrack run` before it runs divan in its test mode
+/// (each benchmark once, nothing timed): divan's loop may then run.
+static DIVAN_TESTS: AtomicBool = AtomicBool::new(false);
+
+/// Records that divan runs in test mode (one call per benchmark, no timing).
+pub(crate) fn divan_runs_tests() {
+    DIVAN_TESTS.store(true, Ordering::SeqCst);
+}
+
+/// Whether benchmark `uri` is to be counted now: counting is possible here and this
+/// process has not counted it yet (divan runs a function once per `threads` value; one
+/// count serves them all).
+pub(crate) fn wanted(uri: &str) -> bool {
+    if session::mode(INTEGRATION) == Mode::Disabled {
+        return false;
+    }
+    !session::session(INTEGRATION).was_measured(uri)
+}
+
+/// Counts one call of `counted` as benchmark `uri` (its output dropped after the count)
+/// and in-process saves every benchmark counted so far as this process's result file.
+pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
+    let mut session = session::session(INTEGRATION);
+    session.note(uri);
+    if session.record(uri, counted).is_some() {
+        let dir = result_dir();
+        if let Err(e) = session.write_result(&dir, &session.recorded) {
+            eprintln!("memtrack {uri}: result not saved: {e}");
+        }
+    }
+}
+
+/// Whether divan's loop may run after the count: always, except under `memtrack run`,
+/// whose probes would inflate every timed iteration; there only when [`crate::main`]
+/// runs divan in test mode (one untimed call). A harness that runs divan itself under the
+/// runner therefore gets divan's "No benchmark function registered" warning for each
+/// benchmark instead of inflated timings.
+pub(crate) fn time_with_divan() -> bool {
+    session::mode(INTEGRATION) != Mode::Runner || DIVAN_TESTS.load(Ordering::SeqCst)
+}
