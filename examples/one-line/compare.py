@@ -184,7 +184,8 @@ def main():
           f"{', '.join(loads)}\n")
     for suite in ("divan_suite", "criterion_suite"):
         print(f"### {suite}\n")
-        print("| benchmark | untracked | in-process | ratio | under `memtrack run` "
+        print("| benchmark | untracked (rounds' min-max) | in-process (min-max) | ratio "
+              "| under `memtrack run` "
               "| stock under `memtrack run` | ratio | memtrack's counts (allocs, bytes, peak, "
               "live at end), in-process = runner |")
         print("|---|---|---|---|---|---|---|---|")
@@ -199,7 +200,11 @@ def main():
             ours = counted[(suite, "in-process")].get(uri)
             theirs = counted[(suite, "runner")].get(uri)
             same = "identical" if ours == theirs else f"DIFFER: {ours} vs {theirs}"
-            print(f"| {bench} | {fmt_ns(med['untracked'])} | {fmt_ns(med['in-process'])} "
+            spread = {s: f"{fmt_ns(min(times[(suite, s)][bench]))}-"
+                         f"{fmt_ns(max(times[(suite, s)][bench]))}"
+                      for s in ("untracked", "in-process")}
+            print(f"| {bench} | {fmt_ns(med['untracked'])} ({spread['untracked']}) "
+                  f"| {fmt_ns(med['in-process'])} ({spread['in-process']}) "
                   f"| {med['in-process'] / med['untracked']:.2f} | {fmt_ns(med['memtrack run'])} "
                   f"| {fmt_ns(med['stock under memtrack run'])} "
                   f"| {med['stock under memtrack run'] / med['untracked']:.0f} "
