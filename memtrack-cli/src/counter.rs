@@ -120,9 +120,9 @@ impl Counter {
     /// `value` of this counter for people: `1.5 KiB (1,536 B)` for bytes, `1,536` else.
     pub fn show(self, value: u64) -> String {
         if self.is_bytes() {
-            crate::report::bytes(value)
+            crate::units::bytes(value)
         } else {
-            crate::report::exact(value)
+            crate::units::exact(value)
         }
     }
 }

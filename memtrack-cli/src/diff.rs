@@ -21,7 +21,7 @@ use std::{
 use memtrack::{Stats, TrackedProcess};
 use tabled::{builder::Builder, settings::Style};
 
-use crate::{counter::Counter, limits::DirResults, report};
+use crate::{counter::Counter, limits::DirResults, units};
 
 /// The largest allowed increase of a counter, as a fraction `numerator / denominator`
 /// (`5%` is 5/100; `2.5%` is 25/1000).
@@ -136,7 +136,7 @@ impl Change {
 
 /// `+1,234`, `-5`, `0`.
 fn signed(delta: i128) -> String {
-    let magnitude = report::exact(delta.unsigned_abs() as u64);
+    let magnitude = units::exact(delta.unsigned_abs() as u64);
     match delta.signum() {
         1 => format!("+{magnitude}"),
         -1 => format!("-{magnitude}"),

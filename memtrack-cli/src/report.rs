@@ -6,8 +6,6 @@
 //! "processes": [...]}`, each process with its `stats` and `benchmarks`), so the JSON
 //! report has the same fields and the same schema version as the result files.
 
-use humansize::{BINARY, format_size};
-use num_format::{Locale, ToFormattedString};
 use tabled::{
     builder::Builder,
     settings::{Padding, Style, Width, object::Columns},
@@ -15,7 +13,10 @@ use tabled::{
 
 use memtrack::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
 
-use crate::limits::DirResults;
+use crate::{
+    limits::DirResults,
+    units::{bytes, exact, size},
+};
 
 /// What the human report shows besides the numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,25 +91,6 @@ pub fn render_text_tree(dirs: &[DirResults], options: TextOptions) -> String {
         out.push_str(&render_text_with(processes, options));
     }
     out
-}
-
-/// A count with thousands separated: `1,048,576`.
-pub(crate) fn exact(n: u64) -> String {
-    n.to_formatted_string(&Locale::en)
-}
-
-/// A byte count rounded in binary units: `512 B`, `1.5 KiB`, `1 MiB`.
-fn size(n: u64) -> String {
-    format_size(n, BINARY.decimal_places(1))
-}
-
-/// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking (`512 B` alone below
-/// 1 KiB, where both are the same).
-pub(crate) fn bytes(n: u64) -> String {
-    if n < 1024 {
-        return size(n);
-    }
-    format!("{} ({} B)", size(n), exact(n))
 }
 
 /// The width of the widest label of [`stats_rows`] (`mmap/munmap/brk`, `unmatched
@@ -330,18 +312,6 @@ mod tests {
             probe_line(&entry),
             "probe malloc: /lib/libc.so.6 at 0x98930, entry +0 (single-stepped), return +0"
         );
-    }
-
-    #[test]
-    fn bytes_are_rounded_and_exact() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(1536), "1.5 KiB (1,536 B)");
-        assert_eq!(bytes(104_000), "101.6 KiB (104,000 B)");
-        assert_eq!(bytes(1_048_576), "1 MiB (1,048,576 B)");
-        assert_eq!(bytes(3 << 30 | 1 << 29), "3.5 GiB (3,758,096,384 B)");
-        assert_eq!(size(8192), "8 KiB");
     }
 
     /// A process with counters of every kind, an earlier image and a benchmark, and one

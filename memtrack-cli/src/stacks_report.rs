@@ -11,9 +11,9 @@ use std::fmt::Write as _;
 use memtrack::stacks::StackCounts;
 
 use crate::{
-    report::bytes,
     stack_profile::{ShownStack, StackProfile},
     symbolize::LogicalFrame,
+    units::bytes,
 };
 
 /// What the stacks report shows.

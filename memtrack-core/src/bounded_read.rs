@@ -17,10 +17,7 @@ use std::{
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 
-use crate::{
-    error::{Error, Result},
-    output_dir::describe,
-};
+use crate::error::{Error, Result};
 
 /// The largest result file `memtrack report` reads: 64 MiB. Real ones are a few KiB (a
 /// process with ten thousand benchmark regions is about 10 MiB); anything bigger is not a
@@ -174,6 +171,20 @@ pub(crate) fn read_at(
         ));
     }
     Ok(bytes)
+}
+
+/// What kind of file `kind` is, for messages.
+pub(crate) fn describe(kind: FileType) -> &'static str {
+    match kind {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symbolic link",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "of unknown type",
+    }
 }
 
 #[cfg(test)]

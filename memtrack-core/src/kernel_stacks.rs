@@ -19,7 +19,8 @@ use memtrack_common::{
 use memtrack_targets::unwind::{UnwindCache, UnwindObject};
 
 use crate::{
-    error::{Error, Result},
+    ebpf_map::{map_err, take_map},
+    error::Result,
     stacks::{Frame, ProcessStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject},
 };
 
@@ -60,13 +61,6 @@ pub(crate) struct KernelStacks {
     finished: BTreeMap<u32, ProcessStacks>,
 }
 
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-    move |e| Error::Map {
-        map,
-        source: Box::new(e),
-    }
-}
-
 impl KernelStacks {
     /// Takes the stack maps out of an object loaded with its depth global set to `depth`.
     pub(crate) fn new(ebpf: &mut aya::Ebpf, depth: u32) -> Result<KernelStacks> {
@@ -78,11 +72,11 @@ impl KernelStacks {
             tables: Vec::new(),
             objects: Vec::new(),
             next_row: 0,
-            rows: crate::loader::take_map(ebpf, n::UNWIND_ROWS)?,
-            mappings: crate::loader::take_map(ebpf, n::MAPPINGS)?,
-            ids: crate::loader::take_map(ebpf, n::STACK_IDS)?,
-            counts: crate::loader::take_map(ebpf, n::STACK_COUNTS)?,
-            live_stack: crate::loader::take_map(ebpf, n::LIVE_STACK)?,
+            rows: take_map(ebpf, n::UNWIND_ROWS)?,
+            mappings: take_map(ebpf, n::MAPPINGS)?,
+            ids: take_map(ebpf, n::STACK_IDS)?,
+            counts: take_map(ebpf, n::STACK_COUNTS)?,
+            live_stack: take_map(ebpf, n::LIVE_STACK)?,
             finished: BTreeMap::new(),
         })
     }

@@ -40,6 +40,7 @@
 
 mod bounded_read;
 mod detach;
+mod ebpf_map;
 mod error;
 mod follow;
 mod hold;

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     detach::Detachable,
+    ebpf_map::{map_err, take_map},
     error::{Error, Result},
     privileges,
 };
@@ -172,31 +173,11 @@ struct Site {
     emulated: bool,
 }
 
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-    move |source| Error::Map {
-        map,
-        source: Box::new(source),
-    }
-}
-
 fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + '_ {
     move |source| Error::Program {
         program: program.to_string(),
         source: Box::new(source),
     }
-}
-
-pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
-where
-    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf.take_map(name).ok_or(Error::Map {
-        map: name,
-        source: Box::new(aya::maps::MapError::InvalidName {
-            name: name.to_string(),
-        }),
-    })?;
-    T::try_from(map).map_err(map_err(name))
 }
 
 impl Engine {

@@ -28,7 +28,10 @@ use rustix::{
     io::Errno,
 };
 
-use crate::error::{Error, Result};
+use crate::{
+    bounded_read::describe,
+    error::{Error, Result},
+};
 
 /// Mode of every file memtrack writes: readable and writable by its owner only (a result
 /// holds the full command line, which is not everyone's business).
@@ -408,20 +411,6 @@ fn fchown(fd: impl AsFd, uid: u32, gid: u32) -> std::result::Result<(), Errno> {
         Some(rustix::fs::Uid::from_raw(uid)),
         Some(rustix::fs::Gid::from_raw(gid)),
     )
-}
-
-/// What kind of file `kind` is, for messages.
-pub(crate) fn describe(kind: FileType) -> &'static str {
-    match kind {
-        FileType::RegularFile => "a regular file",
-        FileType::Directory => "a directory",
-        FileType::Symlink => "a symbolic link",
-        FileType::Fifo => "a FIFO",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        FileType::Unknown => "of unknown type",
-    }
 }
 
 fn output_err(dir: &Path, what: &str, e: Errno) -> Error {

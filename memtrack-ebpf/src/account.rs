@@ -10,7 +10,8 @@ use memtrack_common::{HISTOGRAM_BUCKETS, LiveKey, NUM_FUNCS, Pending, PidStats, 
 
 use crate::{
     atomics,
-    maps::{FREE_MARK, FreeMark, GLOBAL, LIVE, PENDING, STATS, TRACKED},
+    global_count::global_bump,
+    maps::{FREE_MARK, FreeMark, LIVE, PENDING, STATS, TRACKED},
 };
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
@@ -34,14 +35,6 @@ pub fn is_counted(pid_tgid: u64) -> bool {
     match unsafe { TRACKED.get(&tgid) } {
         Some(state) => state.enabled != 0 && (state.tid == 0 || state.tid == pid_tgid as u32),
         None => false,
-    }
-}
-
-/// Bumps a slot of the GLOBAL map.
-#[inline(always)]
-pub fn global_bump(slot: u32) {
-    if let Some(p) = GLOBAL.get_ptr_mut(slot) {
-        atomics::add(p, 1);
     }
 }
 

@@ -12,6 +12,8 @@ mod account;
 #[cfg(target_arch = "bpf")]
 mod atomics;
 #[cfg(target_arch = "bpf")]
+mod global_count;
+#[cfg(target_arch = "bpf")]
 mod ld_hook;
 #[cfg(target_arch = "bpf")]
 mod maps;

@@ -20,8 +20,8 @@ use memtrack_common::{
 };
 
 use crate::{
-    account::global_bump,
     atomics,
+    global_count::global_bump,
     maps::{GLOBAL, LIVE_STACK, MAPPINGS, STACK_COUNTS, STACK_IDS, STACK_SCRATCH, UNWIND_ROWS},
 };
 

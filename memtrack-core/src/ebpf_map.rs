@@ -1,0 +1,30 @@
+//! Taking a map out of the loaded eBPF object by name, with errors that name the map.
+//! Shared by the loader (the counting maps) and the kernel stacks (the unwinding and
+//! stack maps), which each own the maps they take.
+
+use aya::Ebpf;
+
+use crate::error::{Error, Result};
+
+/// The error of an operation on map `map`.
+pub(crate) fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
+    move |source| Error::Map {
+        map,
+        source: Box::new(source),
+    }
+}
+
+/// Takes map `name` out of `ebpf` as a `T`; an error if the object has no such map or it
+/// is not a `T`.
+pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(Error::Map {
+        map: name,
+        source: Box::new(aya::maps::MapError::InvalidName {
+            name: name.to_string(),
+        }),
+    })?;
+    T::try_from(map).map_err(map_err(name))
+}
