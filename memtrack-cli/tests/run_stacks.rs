@@ -19,7 +19,7 @@ use memtrack::{
     stacks::{StackEnd, stacks_file_name},
 };
 use memtrack_cli::stack_profile::read_stacks;
-use memtrack_test_support::{compile_c, repo_dir, require_privileges};
+use memtrack_test_support::{compile_c, dhat_function_names, repo_dir, require_privileges};
 use serde_json::Value;
 use stack_fixtures::{site_line, sources};
 
@@ -64,22 +64,6 @@ fn run_with_stacks(dir: &Path, exe: &Path) -> (PathBuf, u32, String) {
     let read = MemtrackResult::read_dir(&results).unwrap();
     assert_eq!(read.len(), 1, "{read:#?}");
     (results, read[0].process.pid, stderr)
-}
-
-/// The function names of a DHAT program point's frames ("0x1091C8: decode (a.c:4)" ->
-/// "decode").
-fn function_names(file: &Value, pp: &Value) -> Vec<String> {
-    let ftbl = file["ftbl"].as_array().unwrap();
-    pp["fs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            let frame = ftbl[i.as_u64().unwrap() as usize].as_str().unwrap();
-            let name = frame.split_once(": ").map_or(frame, |(_, rest)| rest);
-            name.split(" (").next().unwrap().to_string()
-        })
-        .collect()
 }
 
 #[test]
@@ -177,7 +161,7 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
         .iter()
         .map(|pp| {
             let n = |k: &str| pp[k].as_u64().unwrap_or_else(|| panic!("{k} in {pp}"));
-            let names = function_names(&file, pp);
+            let names = dhat_function_names(&file, pp);
             (
                 names[..3].to_vec(),
                 [
@@ -271,7 +255,7 @@ fn a_stack_deeper_than_the_limit_is_cut_marked_and_counted() {
     let file: Value = serde_json::from_slice(&std::fs::read(&dhat_path).unwrap()).unwrap();
     let pps = file["pps"].as_array().unwrap();
     assert_eq!(pps.len(), 1, "{file}");
-    let names = function_names(&file, &pps[0]);
+    let names = dhat_function_names(&file, &pps[0]);
     let mut expected = vec!["descend".to_string(); 16];
     expected.push("[truncated]".to_string());
     assert_eq!(names, expected);

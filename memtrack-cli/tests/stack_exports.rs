@@ -22,6 +22,7 @@ use memtrack_cli::{
     stack_profile::{self, LoadedProcess, ScopeChoice, StackProfile},
     stacks_report::{self, StacksOptions},
 };
+use memtrack_test_support::dhat_function_names;
 use prost::Message as _;
 use serde_json::{Value, json};
 use stack_fixtures::{built, call_tree_profile, call_tree_stacks, site_line};
@@ -107,21 +108,6 @@ fn in_text_order(text: &str, mut keys: Vec<String>) -> Vec<String> {
     keys
 }
 
-fn function_names(file: &Value, pp: &Value) -> Vec<String> {
-    let ftbl = file["ftbl"].as_array().unwrap();
-    pp["fs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            let frame = ftbl[i.as_u64().unwrap() as usize].as_str().unwrap();
-            // "0x1091C8: decode (a.c:4)" -> "decode"
-            let name = frame.split_once(": ").map_or(frame, |(_, rest)| rest);
-            name.split(" (").next().unwrap().to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn dhat_export_has_valgrinds_fields_in_valgrinds_order_and_its_numbers() {
     let dir = tempfile::tempdir().unwrap();
@@ -167,14 +153,14 @@ fn dhat_export_has_valgrinds_fields_in_valgrinds_order_and_its_numbers() {
     let valgrind_pps = valgrind["pps"].as_array().unwrap();
     assert_eq!(valgrind_pps.len(), 2);
     for pp in valgrind_pps {
-        let names = function_names(&valgrind, pp);
+        let names = dhat_function_names(&valgrind, pp);
         assert_eq!(names[0], "malloc");
         let ours_pp = ours["pps"]
             .as_array()
             .unwrap()
             .iter()
             .find(|o| {
-                let mut mine = function_names(&ours, o);
+                let mut mine = dhat_function_names(&ours, o);
                 mine.retain(|n| n != "[unknown]");
                 mine == names[1..]
             })

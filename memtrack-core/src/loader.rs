@@ -544,12 +544,7 @@ impl Engine {
         let mut stats = match self.stats.get(&pid, 0) {
             Ok(stats) => stats,
             Err(aya::maps::MapError::KeyNotFound) => PidStats::ZERO,
-            Err(source) => {
-                return Err(Error::Map {
-                    map: map_names::STATS,
-                    source: Box::new(source),
-                });
-            }
+            Err(source) => return Err(map_err(map_names::STATS)(source)),
         };
         stats.lost_events += self.ld_hook_misses(pid)?;
         Ok(stats)
@@ -560,10 +555,7 @@ impl Engine {
         match self.ld_hook_misses.get(&pid, 0) {
             Ok(misses) => Ok(misses),
             Err(aya::maps::MapError::KeyNotFound) => Ok(0),
-            Err(source) => Err(Error::Map {
-                map: map_names::LD_HOOK_MISSES,
-                source: Box::new(source),
-            }),
+            Err(source) => Err(map_err(map_names::LD_HOOK_MISSES)(source)),
         }
     }
 

@@ -150,3 +150,20 @@ pub fn i386_exit_program(dir: &Path, code: u8) -> PathBuf {
     }
     program
 }
+
+/// The function names of the frames of program point `pp` in DHAT JSON file `file`
+/// (valgrind's or memtrack's export), innermost first: each frame's `ftbl` entry
+/// `"0x1091C8: decode (a.c:4)"` gives `decode`.
+pub fn dhat_function_names(file: &serde_json::Value, pp: &serde_json::Value) -> Vec<String> {
+    let ftbl = file["ftbl"].as_array().unwrap();
+    pp["fs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let frame = ftbl[i.as_u64().unwrap() as usize].as_str().unwrap();
+            let name = frame.split_once(": ").map_or(frame, |(_, rest)| rest);
+            name.split(" (").next().unwrap().to_string()
+        })
+        .collect()
+}
