@@ -155,7 +155,7 @@ impl MarkerResult {
     }
 
     /// Writes the record as `dir/MarkerResult.msgpack` (mode 0644) atomically: to a
-    /// temporary file in `dir`, synced, then renamed over the final name, so a reader never
+    /// temporary file in `dir`, then renamed over the final name, so a reader never
     /// sees a half-written file. Returns the final path.
     ///
     /// # Errors
@@ -174,14 +174,9 @@ impl MarkerResult {
                 tmp.as_file()
                     .set_permissions(fs::Permissions::from_mode(0o644))
             })
-            .and_then(|()| tmp.as_file().sync_all())
             .map_err(|e| Error::io("write", &tmp_path, e))?;
         tmp.persist(&path)
             .map_err(|e| Error::io("rename a temporary file to", &path, e.error))?;
-        // Make the rename itself durable; failing to sync a directory is not fatal.
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
         Ok(path)
     }
 

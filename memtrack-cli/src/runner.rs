@@ -471,7 +471,7 @@ fn serve_and_wait(
 
 /// Writes every file, going on past a failure (the others are still worth having), and
 /// returns the first failure. A process's result (or stacks file) that was written as it
-/// exited and has not changed since is not written again (each file costs an fsync).
+/// exited and has not changed since is not written again (each file costs a write and a rename).
 fn write_all(
     out: &OutputDir,
     results: &RunResults,

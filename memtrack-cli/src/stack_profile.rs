@@ -44,7 +44,6 @@ pub fn write_stacks(dir: &Path, pid: u32, stacks: &ProcessStacks) -> Result<Path
         std::fs::create_dir_all(dir)?;
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&bytes)?;
-        file.sync_all()?;
         std::fs::rename(&tmp, &path)
     };
     write().map_err(|e| {
