@@ -419,12 +419,6 @@ fn run(
     for (pid, stacks) in &outcome.stacks {
         eprintln!("memtrack: {}", stacks_line(*pid, stacks));
     }
-    for skipped in &outcome.stacks_skipped {
-        eprintln!(
-            "memtrack: stacks of process {} not written: {}",
-            skipped.pid, skipped.reason
-        );
-    }
     let options = TextOptions::with_probe_sites(probes);
     eprint!(
         "{}",

@@ -80,29 +80,11 @@ pub struct RunOutcome {
     /// Events no process could be charged with (0: none lost).
     pub unattributed_lost_events: u64,
     /// With [`RunOptions::stacks`]: each process's stacks as written to `dir`, by pid
-    /// (empty without stacks, and for processes that marked benchmark regions: see
-    /// [`StacksSkipped`]).
+    /// (empty without stacks). Once benchmark regions were marked, a process's stacks
+    /// list its regions ([`ProcessStacks::regions`]) and its scope is their sum, as its
+    /// result's counters are.
     pub stacks: Vec<(u32, ProcessStacks)>,
-    /// With [`RunOptions::stacks`]: the processes whose stacks were not written, and
-    /// why.
-    pub stacks_skipped: Vec<StacksSkipped>,
 }
-
-/// A process whose stacks `memtrack run --stacks` did not write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StacksSkipped {
-    /// The process.
-    pub pid: u32,
-    /// Why, as a sentence.
-    pub reason: String,
-}
-
-/// Why the stacks of a process that marked benchmark regions are not written: the
-/// kernel's per-stack counters are zeroed with the process's counters at each region's
-/// end, and per-region stacks are not kept yet, so what is left would not add up to the
-/// process's counters (the sum of its regions).
-const REGIONS_NOT_SUPPORTED: &str = "the command marked benchmark regions, and stacks per \
-     region are not recorded yet";
 
 /// The pid signals are forwarded to (0: none yet).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
@@ -145,6 +127,8 @@ struct MemoryHandler {
     current: Option<(u32, String)>,
     /// The region being counted: (pid, uri).
     open: Option<(u32, String)>,
+    /// When the open region began, `CLOCK_MONOTONIC` ns.
+    opened_ns: u64,
     /// The closed regions (shared with the writer of exited processes' results).
     regions: Arc<Mutex<Regions>>,
 }
@@ -157,6 +141,9 @@ struct Regions {
     benchmarks: Vec<(u32, BenchmarkStats)>,
     /// Per process, the sum of its closed regions.
     per_process: HashMap<u32, Stats>,
+    /// Per process, with stacks on: the stacks of its closed regions (each listed, and
+    /// their sum as the process scope).
+    stacks: HashMap<u32, ProcessStacks>,
 }
 
 impl Regions {
@@ -177,6 +164,21 @@ impl Regions {
         );
         p
     }
+
+    /// The stacks of process `pid` as its stacks file holds them, given `now`, its
+    /// stacks as the kernel has them now: once regions were marked, its closed regions'
+    /// stacks and their sum with what an open one counted (the kernel's counters are
+    /// zeroed at each region's start and end), over `now`'s time span.
+    fn stacks_of(&self, pid: u32, now: ProcessStacks) -> ProcessStacks {
+        if !self.seen {
+            return now;
+        }
+        let mut all = self.stacks.get(&pid).cloned().unwrap_or_default();
+        all.add_scope(None, &now);
+        all.process.start_ns = now.process.start_ns;
+        all.process.end_ns = now.process.end_ns;
+        all
+    }
 }
 
 fn lock(regions: &Mutex<Regions>) -> MutexGuard<'_, Regions> {
@@ -190,8 +192,8 @@ fn lock(regions: &Mutex<Regions>) -> MutexGuard<'_, Regions> {
 struct WrittenAtExit {
     /// The result written.
     process: TrackedProcess,
-    /// Whether its stacks file was written too (stacks on, no regions).
-    stacks: bool,
+    /// The stacks file written too (stacks on).
+    stacks: Option<ProcessStacks>,
 }
 
 /// The stacks of `process` as its stacks file holds them, read through `control`
@@ -221,9 +223,11 @@ fn write_on_exit(
 ) -> HashMap<u32, WrittenAtExit> {
     let mut written = HashMap::new();
     for process in exits {
-        let (process, seen) = {
+        let now = process_stacks(control, &process);
+        let (process, stacks) = {
             let regions = lock(regions);
-            (regions.apply(process), regions.seen)
+            let stacks = now.map(|now| regions.stacks_of(process.pid, now));
+            (regions.apply(process), stacks)
         };
         let result = MemtrackResult::new(process.clone());
         if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
@@ -233,19 +237,16 @@ fn write_on_exit(
             );
             continue;
         }
-        let stacks = match process_stacks(control, &process) {
-            Some(stacks) if !seen => match write_stacks(out, process.pid, &stacks) {
-                Ok(()) => true,
-                Err(e) => {
-                    eprintln!(
-                        "memtrack: cannot write the stacks of process {} as it exited: {e}",
-                        process.pid
-                    );
-                    false
-                }
-            },
-            _ => false,
-        };
+        let stacks = stacks.and_then(|stacks| match write_stacks(out, process.pid, &stacks) {
+            Ok(()) => Some(stacks),
+            Err(e) => {
+                eprintln!(
+                    "memtrack: cannot write the stacks of process {} as it exited: {e}",
+                    process.pid
+                );
+                None
+            }
+        });
         written.insert(process.pid, WrittenAtExit { process, stacks });
     }
     written
@@ -277,6 +278,7 @@ impl MemoryHandler {
             }
         }
         self.control.reset_process(pid)?;
+        self.opened_ns = memtrack::monotonic_ns();
         self.control.set_process_enabled(pid, true)?;
         self.open = Some((pid, uri));
         Ok(None)
@@ -287,10 +289,22 @@ impl MemoryHandler {
             return Ok(None); // the shared handling answers: no region is open
         };
         self.control.set_process_enabled(pid, false)?;
+        let closed_ns = memtrack::monotonic_ns();
         let stats = self.control.process_stats(pid)?;
+        // Read before the reset zeroes them with the process's counters.
+        let stacks = self.control.stacks(pid);
         self.control.reset_process(pid)?;
         let mut regions = lock(&self.regions);
         regions.per_process.entry(pid).or_default().merge(&stats);
+        if let Some(mut stacks) = stacks {
+            stacks.process.start_ns = self.opened_ns;
+            stacks.process.end_ns = closed_ns;
+            regions
+                .stacks
+                .entry(pid)
+                .or_default()
+                .add_scope(Some(&uri), &stacks);
+        }
         regions
             .benchmarks
             .push((pid, BenchmarkStats::new(uri, stats)));
@@ -394,6 +408,7 @@ fn serve_and_wait(
         control: tracker.control(),
         current: None,
         open: None,
+        opened_ns: 0,
         regions: regions.clone(),
     };
     let mut fifo = fifo;
@@ -440,23 +455,11 @@ fn serve_and_wait(
     }
     let processes: Vec<TrackedProcess> = processes.into_iter().map(|p| regions.apply(p)).collect();
     let results = RunResults::new(processes);
-    let mut stacks: Vec<(u32, ProcessStacks)> = kernel_stacks.into_iter().collect();
+    let mut stacks: Vec<(u32, ProcessStacks)> = kernel_stacks
+        .into_iter()
+        .map(|(pid, now)| (pid, regions.stacks_of(pid, now)))
+        .collect();
     stacks.sort_by_key(|(pid, _)| *pid);
-    let mut stacks_skipped = Vec::new();
-    if regions.seen {
-        stacks_skipped = stacks
-            .drain(..)
-            .map(|(pid, _)| StacksSkipped {
-                pid,
-                reason: REGIONS_NOT_SUPPORTED.to_string(),
-            })
-            .collect();
-        // A process that exited before the first region had its stacks written then;
-        // its counters were zeroed when the regions began, so those stacks go too.
-        for (pid, _) in written.iter().filter(|(_, w)| w.stacks) {
-            out.remove_file(&stacks_file_name(*pid))?;
-        }
-    }
     write_all(out, &results, &stacks, &written, &markers)?;
     Ok(RunOutcome {
         exit,
@@ -465,13 +468,13 @@ fn serve_and_wait(
         dir: out.path().to_path_buf(),
         unattributed_lost_events,
         stacks,
-        stacks_skipped,
     })
 }
 
 /// Writes every file, going on past a failure (the others are still worth having), and
 /// returns the first failure. A process's result (or stacks file) that was written as it
-/// exited and has not changed since is not written again (each file costs a write and a rename).
+/// exited and has not changed since is not written again (a process that exited before
+/// the first benchmark region has changed: its counters were zeroed then).
 fn write_all(
     out: &OutputDir,
     results: &RunResults,
@@ -491,8 +494,10 @@ fn write_all(
         }
     }
     for (pid, process_stacks) in stacks {
-        // Stacks read at the exit are final: the kernel keeps no more for the process.
-        if written.get(pid).is_some_and(|w| w.stacks) {
+        if written
+            .get(pid)
+            .is_some_and(|w| w.stacks.as_ref() == Some(process_stacks))
+        {
             continue;
         }
         if let Err(e) = write_stacks(out, *pid, process_stacks) {

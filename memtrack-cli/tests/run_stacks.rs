@@ -3,9 +3,8 @@
 //! `memtrack report --stacks` and exported as valgrind DHAT's JSON, and every per-stack
 //! number is checked against the program's known allocations and against the process's
 //! counters in its result file. tests/stacks/deep.c checks that a stack deeper than the
-//! depth limit is cut, marked truncated and counted, in the file and in what `run` says;
-//! tests/programs/scaled_regions.c that a command marking benchmark regions gets no
-//! stacks file (per-region stacks are not recorded yet), and is told so.
+//! depth limit is cut, marked truncated and counted, in the file and in what `run` says
+//! (benchmark regions: run_stacks_regions.rs).
 
 mod stack_fixtures;
 
@@ -19,7 +18,7 @@ use memtrack::{
     stacks::{StackEnd, stacks_file_name},
 };
 use memtrack_cli::stack_profile::read_stacks;
-use memtrack_test_support::{compile_c, dhat_function_names, repo_dir, require_privileges};
+use memtrack_test_support::{dhat_function_names, require_privileges};
 use serde_json::Value;
 use stack_fixtures::{site_line, sources};
 
@@ -263,32 +262,4 @@ fn a_stack_deeper_than_the_limit_is_cut_marked_and_counted() {
         (pps[0]["tb"].as_u64(), pps[0]["tbk"].as_u64()),
         (Some(192), Some(3))
     );
-}
-
-/// A command that marks benchmark regions: stacks per region are not recorded yet, so
-/// `memtrack run --stacks` writes no stacks file for it (none that would not add up to
-/// its counters, the sum of its regions) and says so; its results are written as ever.
-#[test]
-fn stacks_of_a_command_that_marks_regions_are_not_written_and_that_is_said() {
-    if !require_privileges(
-        "stacks_of_a_command_that_marks_regions_are_not_written_and_that_is_said",
-    ) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile_c(
-        &repo_dir().join("tests/programs/scaled_regions.c"),
-        dir.path(),
-        &[],
-    );
-    let (results, pid, stderr) = run_with_stacks(dir.path(), &exe);
-    let said = format!(
-        "memtrack: stacks of process {pid} not written: the command marked benchmark \
-         regions, and stacks per region are not recorded yet\n"
-    );
-    assert!(stderr.contains(&said), "{said:?} not in {stderr}");
-    assert!(!results.join(stacks_file_name(pid)).exists());
-    let result = &MemtrackResult::read_dir(&results).unwrap()[0].process;
-    let uris: Vec<&str> = result.benchmarks.iter().map(|b| b.uri.as_str()).collect();
-    assert_eq!(uris, ["scaled::fixed", "scaled::grown", "scaled::kept"]);
 }

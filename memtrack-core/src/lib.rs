@@ -56,6 +56,7 @@ mod results;
 mod shared;
 mod spawn;
 pub mod stacks;
+mod stacks_merge;
 mod stats;
 pub mod testing;
 mod tracker;

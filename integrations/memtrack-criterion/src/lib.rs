@@ -46,6 +46,13 @@
 //! The full counts are saved as `{pid}.MemtrackResult.msgpack` in [`result_dir`]`(ID)`
 //! (`target/memtrack/criterion/ID/`; `memtrack report DIR` reads them).
 //!
+//! **Call stacks** (where the memory goes): in-process, set `MEMTRACK_STACKS` (a depth
+//! from 1 to [`memtrack::stacks::MAX_DEPTH`], or `max`) and each counted iteration also
+//! records the call stack of every allocation, saved as `{pid}.MemtrackStacks.msgpack`
+//! beside the result in [`result_dir`]`(ID)`, one region per benchmark (`memtrack report --stacks
+//! DIR --benchmark URI`, with DHAT, pprof and flamegraph exports). Under the runner,
+//! `memtrack run --stacks -- cargo bench` records them per benchmark region.
+//!
 //! ## How it counts, and why criterion's timings are unaffected
 //!
 //! The first time the process runs a benchmark, the `Bencher` runs the routine twice

@@ -79,6 +79,13 @@
 //! The counts are the same in both counting modes, to the byte (the examples' tests
 //! check it, a benchmark allocating on a thread it starts included).
 //!
+//! **Call stacks** (where the memory goes): in-process, set `MEMTRACK_STACKS` (a depth
+//! from 1 to [`memtrack::stacks::MAX_DEPTH`], or `max`) and each counted iteration also
+//! records the call stack of every allocation, saved as `{pid}.MemtrackStacks.msgpack`
+//! beside the result in [`result_dir`], one region per benchmark (`memtrack report --stacks
+//! DIR --benchmark URI`, with DHAT, pprof and flamegraph exports). Under the runner,
+//! `memtrack run --stacks -- cargo bench` records them per benchmark region.
+//!
 //! ## Names
 //!
 //! A benchmark is named as divan shows it, crate name first: `alloc::three_blocks`, and

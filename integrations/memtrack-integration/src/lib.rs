@@ -15,7 +15,9 @@
 #![warn(missing_docs)]
 
 mod human;
+mod stacks_env;
 pub use human::{benchmark_table, summary_line};
+pub use stacks_env::{STACKS_ENV, stack_depth};
 
 use std::{
     collections::HashMap,
@@ -26,6 +28,7 @@ use std::{
 use fifo_protocol::{FifoClient, IntegrationMode, Marker, now_ns};
 use memtrack::{
     BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, TrackedProcess, Tracker,
+    stacks::{ProcessStacks, is_stacks_file_name, stacks_file_name},
 };
 
 /// What an integration says on stderr, once, when it runs under `memtrack run`.
@@ -87,6 +90,9 @@ pub struct Session {
     measured: HashMap<String, u32>,
     /// The benchmarks counted in-process so far, in order.
     pub recorded: Vec<BenchmarkStats>,
+    /// With [`STACKS_ENV`] set, in-process: the call stacks of each counted iteration,
+    /// by uri, in order.
+    stacks: Vec<(String, ProcessStacks)>,
 }
 
 static SESSION: OnceLock<Mutex<Session>> = OnceLock::new();
@@ -126,19 +132,29 @@ fn handshake(client: &mut FifoClient, integration: &str) -> Result<(), String> {
     }
 }
 
-/// A tracker of this whole process, as every counted iteration uses.
+/// A tracker of this whole process, as every counted iteration uses, recording call
+/// stacks when [`STACKS_ENV`] asks for them.
 fn process_tracker() -> memtrack::Result<Tracker> {
-    Tracker::builder().build(Scope::Process)
+    let builder = Tracker::builder();
+    match stack_depth() {
+        Some(depth) => builder.stacks(depth),
+        None => builder,
+    }
+    .build(Scope::Process)
 }
 
 impl Session {
     fn detect(integration: &str) -> Session {
         let (backend, line) = Self::choose(integration);
         eprintln!("{line}");
+        if let Some(line) = stacks_env::line(matches!(backend, Backend::InProcess { .. })) {
+            eprintln!("{line}");
+        }
         let session = Session {
             backend,
             measured: HashMap::new(),
             recorded: Vec::new(),
+            stacks: Vec::new(),
         };
         let _ = MODE.set(session.mode());
         session
@@ -271,6 +287,7 @@ impl Session {
                         return (routine(), None);
                     }
                 };
+                let start_ns = memtrack::monotonic_ns();
                 if let Err(e) = tracker.start() {
                     eprintln!("memtrack: {uri}: not counted: {e}");
                     tracker.close();
@@ -278,15 +295,21 @@ impl Session {
                 }
                 let output = routine();
                 let stopped = tracker.stop();
+                let end_ns = memtrack::monotonic_ns();
                 let counted = stopped.and_then(|()| {
                     let stats = tracker.collect()?;
-                    Ok((stats, tracker.process()?))
+                    Ok((stats, tracker.process()?, tracker.stacks()))
                 });
                 // Closed before anything else runs: the caller may time next.
                 tracker.close();
                 match counted {
-                    Ok((stats, record)) => {
+                    Ok((stats, record, stacks)) => {
                         *process = Some(Box::new(record));
+                        if let Some(mut stacks) = stacks {
+                            stacks.process.start_ns = start_ns;
+                            stacks.process.end_ns = end_ns;
+                            self.stacks.push((uri.to_string(), stacks));
+                        }
                         (output, Some(stats))
                     }
                     Err(e) => {
@@ -300,10 +323,13 @@ impl Session {
 
     /// Writes `benchmarks` as this process's result file in `dir`
     /// (`{pid}.MemtrackResult.msgpack`, its `stats` the sum of the benchmarks), after
-    /// removing result files of earlier runs from `dir`. In-process only, after at least
-    /// one counted iteration (otherwise `Ok(None)`). The file, and
-    /// directories created for it, belong to the invoking user when this runs as root
-    /// through sudo ([`memtrack::sudo_invoker`]).
+    /// removing result files of earlier runs from `dir`. With [`STACKS_ENV`] set, the
+    /// benchmarks' call stacks go beside it (`{pid}.MemtrackStacks.msgpack`, one region
+    /// per benchmark, the process scope their sum; `memtrack report --stacks DIR
+    /// [--benchmark URI]` reads it). In-process only, after at least one counted
+    /// iteration (otherwise `Ok(None)`). The files, and directories created for them,
+    /// belong to the invoking user when this runs as root through sudo
+    /// ([`memtrack::sudo_invoker`]). Returns the result file's path.
     pub fn write_result(
         &self,
         dir: &Path,
@@ -322,18 +348,43 @@ impl Session {
         }
         process.stats = total;
         process.benchmarks = benchmarks.to_vec();
+        let stacks = self.stacks_of(process.started_ns, benchmarks);
         let result = MemtrackResult::new(process);
         remove_earlier_results(dir, &result.file_name());
         // Run as root through sudo (`sudo cargo bench`), the results are the invoking
         // user's, readable and removable by them (files are mode 0600).
-        memtrack::OutputDir::create_all(dir, memtrack::sudo_invoker())?
-            .write_file(&result.file_name(), &result.to_bytes())
-            .map(Some)
+        let out = memtrack::OutputDir::create_all(dir, memtrack::sudo_invoker())?;
+        let path = out.write_file(&result.file_name(), &result.to_bytes())?;
+        if let Some(stacks) = stacks {
+            out.write_file(&stacks_file_name(result.process.pid), &stacks.to_bytes())?;
+        }
+        Ok(Some(path))
+    }
+
+    /// The stacks file of `benchmarks` (None when no stacks were recorded for any):
+    /// each benchmark a region, in order (the last recording of a uri, as the result
+    /// holds the last count), the process scope their sum.
+    fn stacks_of(&self, started_ns: u64, benchmarks: &[BenchmarkStats]) -> Option<ProcessStacks> {
+        let mut all: Option<ProcessStacks> = None;
+        for bench in benchmarks {
+            let Some((_, stacks)) = self.stacks.iter().rev().find(|(uri, _)| *uri == bench.uri)
+            else {
+                continue;
+            };
+            let all = all.get_or_insert_with(ProcessStacks::default);
+            all.add_scope(Some(&bench.uri), stacks);
+            if all.process.start_ns == 0 {
+                all.process.start_ns = started_ns.min(stacks.process.start_ns);
+            }
+            all.process.end_ns = stacks.process.end_ns;
+        }
+        all
     }
 }
 
 /// Removes `*.MemtrackResult.msgpack` files other than `keep` from `dir` (results of
-/// earlier runs), so the directory holds the latest run only.
+/// earlier runs), and stacks files other than the one beside `keep`, so the directory
+/// holds the latest run only.
 fn remove_earlier_results(dir: &Path, keep: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -341,7 +392,12 @@ fn remove_earlier_results(dir: &Path, keep: &str) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(RESULT_FILE_SUFFIX) && name != keep {
+        let stacks_keep = keep
+            .strip_suffix(RESULT_FILE_SUFFIX)
+            .and_then(|pid| pid.parse().ok())
+            .map(stacks_file_name);
+        let earlier_stacks = is_stacks_file_name(name) && Some(name) != stacks_keep.as_deref();
+        if (name.ends_with(RESULT_FILE_SUFFIX) && name != keep) || earlier_stacks {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -411,6 +467,7 @@ mod tests {
             backend: Backend::Disabled,
             measured: HashMap::new(),
             recorded: Vec::new(),
+            stacks: Vec::new(),
         };
         assert!(!s.was_measured("a"));
         assert_eq!(s.unique_uri("a"), "a");
