@@ -2,8 +2,10 @@
 # Installs, idempotently, what memtrack's build and tests need on a fresh Debian 12
 # machine with Rust (rustup, stable):
 #   - apt: C/C++ toolchain and the allocator libraries the test fixtures use; valgrind
-#     (the stacks exports are checked against its DHAT output); setpriv (util-linux) and
-#     setcap (libcap2-bin) for the tests run as user nobody
+#     (the stacks exports are checked against its DHAT output); python3.11 and chromium
+#     (the CPython stacks test, and dh_view.html opened in headless Chromium by
+#     scripts/dh_view_screenshot.py); setpriv (util-linux) and setcap (libcap2-bin) for
+#     the tests run as user nobody
 # With --ebpf, also what rebuilding the shipped eBPF object needs (scripts/build-ebpf.sh;
 # nobody else needs it: the object ships compiled; docs/ebpf-toolchain.md says why each
 # piece is what it is):
@@ -40,7 +42,7 @@ need_root() {
 apt_packages=(
     build-essential gcc g++ pkg-config
     libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
-    util-linux libcap2-bin valgrind
+    util-linux libcap2-bin valgrind python3.11 chromium
 )
 if [ "$ebpf" -eq 1 ]; then
     apt_packages+=("llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev)

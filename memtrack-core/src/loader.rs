@@ -560,11 +560,18 @@ impl Engine {
     }
 
     /// Events that could not be attributed to any tracked process (a tracked process
-    /// with no counters, a full pending map).
+    /// with no counters, a full pending map) or to a stack (a full stack counts map).
+    /// `GLOBAL` also holds the last stack id handed out, which counts stacks, not
+    /// losses: it is left out.
     pub(crate) fn unattributed_losses(&self) -> u64 {
-        (0..global::LEN)
-            .filter_map(|i| self.global.get(&i, 0).ok())
-            .sum()
+        [
+            global::MISSING_STATS,
+            global::PENDING_FULL,
+            global::STACK_COUNTS_FULL,
+        ]
+        .iter()
+        .filter_map(|i| self.global.get(i, 0).ok())
+        .sum()
     }
 }
 
