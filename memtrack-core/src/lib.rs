@@ -59,6 +59,7 @@ pub mod stacks;
 mod stats;
 pub mod testing;
 mod tracker;
+mod unwind_chain;
 mod uprobe_multi;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
