@@ -103,7 +103,7 @@ enum Command {
         #[arg(long)]
         no_syscalls: bool,
         /// Record the call stack of every allocation, unwound in the kernel, at most
-        /// DEPTH frames (1 to 16, the default; deeper stacks are cut and marked
+        /// DEPTH frames (1 to 64, the default; deeper stacks are cut and marked
         /// truncated). Each process's stacks go beside its result
         /// ({pid}.MemtrackStacks.msgpack), for `memtrack report --stacks`.
         #[arg(
@@ -111,7 +111,7 @@ enum Command {
             value_name = "DEPTH",
             num_args = 0..=1,
             require_equals = true,
-            default_missing_value = "16",
+            default_missing_value = "64",
             value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::stacks::MAX_DEPTH))
         )]
         stacks: Option<u32>,
@@ -446,7 +446,7 @@ fn stacks_line(pid: u32, stacks: &memtrack::stacks::ProcessStacks) -> String {
     format!(
         "stacks of process {pid}: {} stack(s) (depth limit {}) in {}; blocks with an \
          incomplete stack: {} cut at the depth limit, {} at a frame without unwind \
-         information, {} lost (stack map full)",
+         information, {} lost (stack map full, or the walk cut short)",
         stacks.stacks.len(),
         stacks.depth_limit,
         memtrack::stacks::stacks_file_name(pid),
@@ -625,6 +625,38 @@ mod tests {
         Cli::command().debug_assert();
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("201  memtrack itself failed"), "{help}");
+    }
+
+    /// `--stacks` alone is the documented default depth; `--stacks=N` takes 1 to the
+    /// most and refuses 0 and one more.
+    #[test]
+    fn stacks_depth_defaults_to_the_most_and_is_bounded() {
+        use clap::error::ErrorKind;
+        let depth = |args: &[&str]| -> Result<Option<u32>, ErrorKind> {
+            let argv = ["memtrack", "run"]
+                .iter()
+                .chain(args)
+                .chain(&["--", "true"]);
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Command::Run { stacks, .. },
+                }) => Ok(stacks),
+                Ok(_) => panic!("{args:?} parsed as another command than run"),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        let max = memtrack::stacks::MAX_DEPTH;
+        assert_eq!(memtrack::stacks::DEFAULT_DEPTH, 64);
+        assert_eq!(max, 64);
+        assert_eq!(depth(&[]), Ok(None));
+        assert_eq!(
+            depth(&["--stacks"]),
+            Ok(Some(memtrack::stacks::DEFAULT_DEPTH))
+        );
+        assert_eq!(depth(&["--stacks=1"]), Ok(Some(1)));
+        assert_eq!(depth(&["--stacks=64"]), Ok(Some(64)));
+        assert_eq!(depth(&["--stacks=0"]), Err(ErrorKind::ValueValidation));
+        assert_eq!(depth(&["--stacks=65"]), Err(ErrorKind::ValueValidation));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! frame pointers) runs under the runner with stacks on; its stacks file is read back by
 //! `memtrack report --stacks` and exported as valgrind DHAT's JSON, and every per-stack
 //! number is checked against the program's known allocations and against the process's
-//! counters in its result file. tests/stacks/deep.c checks that a stack deeper than the
-//! depth limit is cut, marked truncated and counted, in the file and in what `run` says
-//! (benchmark regions: run_stacks_regions.rs).
+//! counters in its result file. tests/stacks/deep.c (a recursion of a chosen depth)
+//! checks the depth limit: a stack within it is whole, one deeper is cut at exactly the
+//! limit, marked truncated and counted, in the file and in what `run` says (benchmark
+//! regions: run_stacks_regions.rs).
 
 mod stack_fixtures;
 
@@ -74,15 +75,16 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
     let exe = build(dir.path(), "call_tree.c");
     let (results, pid, stderr) = run_with_stacks(dir.path(), &exe);
     let said = format!(
-        "memtrack: stacks of process {pid}: 2 stack(s) (depth limit 16) in \
+        "memtrack: stacks of process {pid}: 2 stack(s) (depth limit 64) in \
          {pid}.MemtrackStacks.msgpack; blocks with an incomplete stack: 0 cut at the depth \
-         limit, 0 at a frame without unwind information, 0 lost (stack map full)\n"
+         limit, 0 at a frame without unwind information, 0 lost (stack map full, or the \
+         walk cut short)\n"
     );
     assert!(stderr.contains(&said), "{said:?} not in {stderr}");
 
     // The stacks file, written through the results directory's handle, as results are.
     let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
-    assert_eq!(stacks.depth_limit, 16);
+    assert_eq!(stacks.depth_limit, 64);
     assert_eq!(stacks.stacks.len(), 2);
     assert!(stacks.stacks.iter().all(|s| s.end == StackEnd::Complete));
     let result = &MemtrackResult::read_dir(&results).unwrap()[0].process;
@@ -132,7 +134,7 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
     let header = site_line("call_tree.c", "parse_header calls decode");
     let other = site_line("call_tree.c", "load_other calls decode");
     for line in [
-        "  2 stacks (depth limit 16): allocated 1.4 KiB (1,460 B) in 13 blocks; at peak \
+        "  2 stacks (depth limit 64): allocated 1.4 KiB (1,460 B) in 13 blocks; at peak \
          216 B in 2 blocks"
             .to_string(),
         "  the stacks add up exactly to the counters".to_string(),
@@ -205,32 +207,42 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
     );
 }
 
-#[test]
-fn a_stack_deeper_than_the_limit_is_cut_marked_and_counted() {
-    if !require_privileges("a_stack_deeper_than_the_limit_is_cut_marked_and_counted") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "deep.c");
-    let (results, pid, stderr) = run_with_stacks(dir.path(), &exe);
-    let said = format!(
-        "memtrack: stacks of process {pid}: 1 stack(s) (depth limit 16) in \
-         {pid}.MemtrackStacks.msgpack; blocks with an incomplete stack: 3 cut at the depth \
-         limit, 0 at a frame without unwind information, 0 lost (stack map full)\n"
-    );
-    assert!(stderr.contains(&said), "{said:?} not in {stderr}");
-    let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
-    assert_eq!(stacks.stacks.len(), 1, "{stacks:#?}");
-    assert_eq!(stacks.stacks[0].end, StackEnd::Truncated);
-    assert_eq!(stacks.stacks[0].frames.len(), 16);
-    let c = &stacks.process.entries[0].counts;
-    assert_eq!(
-        (c.alloc_blocks, c.alloc_bytes, c.freed_blocks, c.freed_bytes),
-        (3, 192, 3, 192)
-    );
+/// What one run of tests/stacks/deep.c under `memtrack run` gave.
+struct DeepRun {
+    pid: u32,
+    /// What memtrack said on stderr.
+    stderr: String,
+    stacks: memtrack::stacks::ProcessStacks,
+    /// `memtrack report --stacks` of the run.
+    report: String,
+    /// The run's DHAT export.
+    dhat: Value,
+}
 
-    let dhat_path = dir.path().join("deep.dhat.json");
-    let (out, report, stderr) = output(
+/// Runs deep.c (built in `dir`) with a recursion `levels` deep under `memtrack run
+/// <stacks_arg>` (`--stacks` or `--stacks=N`), then `memtrack report --stacks` with a
+/// DHAT export.
+fn run_deep(dir: &Path, stacks_arg: &str, levels: u32) -> DeepRun {
+    let exe = dir.join("deep");
+    if !exe.exists() {
+        build(dir, "deep.c");
+    }
+    let results = dir.join(format!("results{stacks_arg}-{levels}"));
+    let (out, _, stderr) = output(
+        memtrack()
+            .args(["run", stacks_arg, "-o"])
+            .arg(&results)
+            .arg("--")
+            .arg(&exe)
+            .arg(levels.to_string()),
+    );
+    assert!(out.status.success(), "memtrack run failed: {stderr}");
+    let read = MemtrackResult::read_dir(&results).unwrap();
+    assert_eq!(read.len(), 1, "{read:#?}");
+    let pid = read[0].process.pid;
+    let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
+    let dhat_path = dir.join(format!("deep{stacks_arg}-{levels}.dhat.json"));
+    let (out, report, report_err) = output(
         memtrack()
             .args(["report", "--stacks"])
             .arg(&results)
@@ -239,27 +251,184 @@ fn a_stack_deeper_than_the_limit_is_cut_marked_and_counted() {
     );
     assert!(
         out.status.success(),
-        "memtrack report --stacks failed: {stderr}"
+        "memtrack report --stacks failed: {report_err}"
     );
-    // 16 frames and the truncation marker: the allocating one shown, 15 + 1 outer.
-    let line = site_line("deep.c", "descend calls malloc");
-    let shown = format!(
-        "         descend (deep.c:{line})\n         + 16 outer frames: descend < descend < "
-    );
-    assert!(report.contains(&shown), "{shown:?} not in\n{report}");
     assert!(
         report.contains("  the stacks add up exactly to the counters"),
         "{report}"
     );
-    let file: Value = serde_json::from_slice(&std::fs::read(&dhat_path).unwrap()).unwrap();
-    let pps = file["pps"].as_array().unwrap();
-    assert_eq!(pps.len(), 1, "{file}");
-    let names = dhat_function_names(&file, &pps[0]);
-    let mut expected = vec!["descend".to_string(); 16];
-    expected.push("[truncated]".to_string());
-    assert_eq!(names, expected);
+    let dhat = serde_json::from_slice(&std::fs::read(&dhat_path).unwrap()).unwrap();
+    DeepRun {
+        pid,
+        stderr,
+        stacks,
+        report,
+        dhat,
+    }
+}
+
+impl DeepRun {
+    /// Checks what `run` said of the stacks: one stack, the depth limit, `cut` blocks
+    /// cut at it, none unknown or lost.
+    fn assert_said(&self, depth_limit: u32, cut: u64) {
+        let pid = self.pid;
+        let said = format!(
+            "memtrack: stacks of process {pid}: 1 stack(s) (depth limit {depth_limit}) in \
+             {pid}.MemtrackStacks.msgpack; blocks with an incomplete stack: {cut} cut at the \
+             depth limit, 0 at a frame without unwind information, 0 lost (stack map full, \
+             or the walk cut short)\n"
+        );
+        assert!(
+            self.stderr.contains(&said),
+            "{said:?} not in {}",
+            self.stderr
+        );
+        assert_eq!(self.stacks.depth_limit, depth_limit);
+    }
+
+    /// The one stack's end and frame count, and its 3 blocks of 64 bytes, all freed, in
+    /// the stacks file and the DHAT export.
+    fn assert_one_stack(&self, end: StackEnd, frames: usize) {
+        assert_eq!(self.stacks.stacks.len(), 1, "{:#?}", self.stacks);
+        assert_eq!(self.stacks.stacks[0].end, end);
+        assert_eq!(self.stacks.stacks[0].frames.len(), frames);
+        let c = &self.stacks.process.entries[0].counts;
+        assert_eq!(
+            (c.alloc_blocks, c.alloc_bytes, c.freed_blocks, c.freed_bytes),
+            (3, 192, 3, 192)
+        );
+        let pps = self.dhat["pps"].as_array().unwrap();
+        assert_eq!(pps.len(), 1, "{}", self.dhat);
+        assert_eq!(
+            (pps[0]["tb"].as_u64(), pps[0]["tbk"].as_u64()),
+            (Some(192), Some(3))
+        );
+    }
+
+    /// The DHAT frames of the one program point, innermost first: `function
+    /// (file:line)` (the `ftbl` entry without its address).
+    fn dhat_frames(&self) -> Vec<String> {
+        let ftbl = self.dhat["ftbl"].as_array().unwrap();
+        self.dhat["pps"][0]["fs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let frame = ftbl[i.as_u64().unwrap() as usize].as_str().unwrap();
+                frame
+                    .split_once(": ")
+                    .map_or(frame, |(_, rest)| rest)
+                    .to_string()
+            })
+            .collect()
+    }
+}
+
+/// deep.c's frames of a recursion `levels` deep, innermost first: descend calling
+/// malloc, then `levels` times descend calling descend, then main calling descend.
+fn descend_frames(levels: usize) -> Vec<String> {
+    let malloc = site_line("deep.c", "descend calls malloc");
+    let descend = site_line("deep.c", "descend calls descend");
+    let main = site_line("deep.c", "main calls descend");
+    let mut frames = vec![format!("descend (deep.c:{malloc})")];
+    frames.extend(std::iter::repeat_n(
+        format!("descend (deep.c:{descend})"),
+        levels,
+    ));
+    frames.push(format!("main (deep.c:{main})"));
+    frames
+}
+
+/// The C library's start-up frames below main (Debian's glibc), outermost last.
+const START_UP: [&str; 3] = ["__libc_start_call_main", "__libc_start_main_impl", "_start"];
+
+/// At the default depth (64), deep.c's 41-deep recursion is whole: every frame, from
+/// the allocating call to `_start`, and the stack is complete.
+#[test]
+fn a_41_deep_recursion_is_complete_at_the_default_depth() {
+    if !require_privileges("a_41_deep_recursion_is_complete_at_the_default_depth") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_deep(dir.path(), "--stacks", 40);
+    run.assert_said(64, 0);
+    run.assert_one_stack(StackEnd::Complete, 41 + 1 + START_UP.len());
+    let frames = run.dhat_frames();
+    assert_eq!(frames[..42], descend_frames(40)[..]);
+    let outer = dhat_function_names(&run.dhat, &run.dhat["pps"][0]);
+    assert_eq!(outer[42..], START_UP.map(String::from)[..]);
+}
+
+/// A stack of exactly 64 frames (a 60-deep recursion, main and the 3 start-up frames)
+/// is complete at the limit; one frame more is cut at 64 and marked truncated.
+#[test]
+fn a_stack_of_exactly_the_limit_is_complete_and_one_more_frame_is_cut() {
+    if !require_privileges("a_stack_of_exactly_the_limit_is_complete_and_one_more_frame_is_cut") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_deep(dir.path(), "--stacks", 59);
+    run.assert_said(64, 0);
+    run.assert_one_stack(StackEnd::Complete, 64);
+    assert_eq!(run.dhat_frames()[..61], descend_frames(59)[..]);
+    let names = dhat_function_names(&run.dhat, &run.dhat["pps"][0]);
+    assert_eq!(names[61..], START_UP.map(String::from)[..]);
+
+    let run = run_deep(dir.path(), "--stacks", 60);
+    run.assert_said(64, 3);
+    run.assert_one_stack(StackEnd::Truncated, 64);
+    assert_eq!(run.dhat_frames()[..62], descend_frames(60)[..]);
+    let names = dhat_function_names(&run.dhat, &run.dhat["pps"][0]);
     assert_eq!(
-        (pps[0]["tb"].as_u64(), pps[0]["tbk"].as_u64()),
-        (Some(192), Some(3))
+        names[62..],
+        [
+            "__libc_start_call_main",
+            "__libc_start_main_impl",
+            "[truncated]"
+        ]
     );
+}
+
+/// A 71-deep recursion is cut at the default limit, 64 frames, marked truncated and
+/// counted, in the stacks file, in what `run` and `report --stacks` say, and in the
+/// DHAT export.
+#[test]
+fn a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted() {
+    if !require_privileges("a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_deep(dir.path(), "--stacks", 70);
+    run.assert_said(64, 3);
+    run.assert_one_stack(StackEnd::Truncated, 64);
+    // 64 frames and the truncation marker: the allocating one shown, 63 + 1 outer.
+    let line = site_line("deep.c", "descend calls malloc");
+    let shown = format!(
+        "         descend (deep.c:{line})\n         + 64 outer frames: descend < descend < "
+    );
+    assert!(
+        run.report.contains(&shown),
+        "{shown:?} not in\n{}",
+        run.report
+    );
+    let mut expected = descend_frames(70)[..64].to_vec();
+    expected.push("[truncated]".to_string());
+    assert_eq!(run.dhat_frames(), expected);
+}
+
+/// A depth in the middle, past the first batch of the kernel's walk (20 frames: the
+/// entry program walks 8, the unwind program 8 per tail call), gives exactly that many
+/// frames, marked truncated.
+#[test]
+fn a_depth_across_a_batch_boundary_gives_exactly_that_many_frames() {
+    if !require_privileges("a_depth_across_a_batch_boundary_gives_exactly_that_many_frames") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_deep(dir.path(), "--stacks=20", 40);
+    run.assert_said(20, 3);
+    run.assert_one_stack(StackEnd::Truncated, 20);
+    let mut expected = descend_frames(40)[..20].to_vec();
+    expected.push("[truncated]".to_string());
+    assert_eq!(run.dhat_frames(), expected);
 }

@@ -153,6 +153,14 @@ pub mod map_names {
     pub const LIVE_STACK: &str = "LIVE_STACK";
     /// Per-CPU scratch [`StackKey`](super::stacks::StackKey) of the unwinder.
     pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
+    /// Per-CPU [`WalkState`](super::stacks::WalkState): the walk handed from one program
+    /// of the unwinding chain to the next.
+    pub const UNWIND_STATE: &str = "UNWIND_STATE";
+    /// Program array holding the unwind program
+    /// ([`program_names::UNWIND`](super::program_names::UNWIND)) at
+    /// [`UNWIND_PROG_SLOT`](super::stacks::UNWIND_PROG_SLOT), for its tail calls; filled
+    /// by the loader with stacks on.
+    pub const UNWIND_PROGS: &str = "UNWIND_PROGS";
     /// thread id -> the signal the loader hook sent that thread to stop it (see
     /// [`ld_hook`](super::ld_hook)); the follower deletes the entry at the stop.
     pub const LD_HOOK_STOPS: &str = "LD_HOOK_STOPS";
@@ -176,6 +184,11 @@ pub mod program_names {
     /// The uprobe on the dynamic loader's `_dl_debug_state` that stops the thread for
     /// the follower (see [`ld_hook`](super::ld_hook)).
     pub const LD_HOOK: &str = "ld_hook_prog";
+    /// The unwind program: tail-called by [`ENTRY`] (stacks on) to walk the next batch
+    /// of frames, and by itself until the walk ends (see
+    /// [`WalkState`](super::stacks::WalkState)). Attached to nothing; loaded like
+    /// [`ENTRY`] (same program type and expected attach type, which tail calls require).
+    pub const UNWIND: &str = "unwind_prog";
 }
 
 /// The loader hook: a uprobe on the dynamic loader's `_dl_debug_state` (called after
@@ -390,7 +403,8 @@ pub struct Pending {
     /// valid; the return program decodes it with [`Kind::from_id`].
     pub kind: u32,
     /// The call's stack id (`stacks::NO_STACK` when stacks are off, `stacks::LOST_STACK`
-    /// when it could not be interned).
+    /// when it could not be interned, and until the unwinding chain that ends the walk
+    /// writes it: see `stacks::WalkState`).
     pub stack: u32,
     /// Requested size in bytes (calloc/reallocarray: nmemb*size, saturated at u64::MAX).
     pub size: u64,

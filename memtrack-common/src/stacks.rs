@@ -13,11 +13,64 @@
 /// Most frames a stack can hold (512-byte map keys, the kernel's limit for hash keys).
 pub const MAX_STACK_DEPTH: usize = 64;
 
-/// Most frames the eBPF unwinder walks today (the depth limit is clamped to it): one
-/// program walking more frames exceeds the verifier's budget of 1,000,000 processed
-/// instructions (measured at 64 on Linux 6.18); deeper stacks need the walk split over
-/// tail calls. At most [`MAX_STACK_DEPTH`].
-pub const MAX_UNWIND_DEPTH: u32 = 16;
+/// Most frames the eBPF unwinder stores (the depth limit is clamped to it): all a
+/// [`StackKey`] holds. No one program can walk that many within the verifier's budget
+/// of 1,000,000 processed instructions (one program of 16 frames was the most that
+/// fitted, measured on Linux 6.18), so the walk is split over a chain of tail calls,
+/// [`UNWIND_BATCH`] frames per program (see [`WalkState`]).
+pub const MAX_UNWIND_DEPTH: u32 = MAX_STACK_DEPTH as u32;
+
+/// Frames each program of the unwinding chain walks: the entry program walks the
+/// allocation function's own frame (not stored) and then this many, and each tail call
+/// of the unwind program (`program_names::UNWIND`) this many more, until the walk ends.
+/// Chosen by what the verifier accepts and how long it takes (docs/ARCHITECTURE.md).
+pub const UNWIND_BATCH: u32 = 8;
+
+/// Tail calls the kernel allows in one chain (`MAX_TAIL_CALL_CNT`); one more fails and
+/// the program goes on after the call.
+pub const MAX_TAIL_CALLS: u32 = 33;
+
+/// Tail calls a walk to the deepest limit needs: [`MAX_UNWIND_DEPTH`] frames to store,
+/// plus one more step that finds the stack goes on (truncated), in batches of
+/// [`UNWIND_BATCH`], the first of which the entry program walks.
+pub const UNWIND_TAIL_CALLS: u32 = (MAX_UNWIND_DEPTH + 1).div_ceil(UNWIND_BATCH) - 1;
+
+const _: () = assert!(UNWIND_TAIL_CALLS <= MAX_TAIL_CALLS);
+const _: () = assert!(MAX_UNWIND_DEPTH as usize <= MAX_STACK_DEPTH);
+
+/// The slot of the unwind program in the `UNWIND_PROGS` program array.
+pub const UNWIND_PROG_SLOT: u32 = 0;
+
+/// Value of the per-CPU `UNWIND_STATE` map: the walk in progress on this CPU, handed
+/// from one program of the chain to the next (a tail-called program starts with no
+/// registers or stack of its caller). The frames stored so far are in `STACK_SCRATCH`.
+///
+/// The entry program records the call's `Pending` entry (with stack id
+/// [`LOST_STACK`]) before it walks, since it does not resume after a tail call; the
+/// program that ends the walk interns the stack and writes its id into that entry. A
+/// chain cut short (a tail call that fails, or this state taken over by another
+/// thread's walk) leaves the entry's [`LOST_STACK`]: the block counts as lost, never
+/// under a wrong stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalkState {
+    /// `pid_tgid` of the thread whose stack this is (the key of its `Pending` entry).
+    pub owner: u64,
+    /// The pending call's stack pointer at function entry (an address): which call of
+    /// the thread the stack id belongs to.
+    pub entry_sp: u64,
+    /// The next frame's instruction pointer (an address).
+    pub ip: u64,
+    /// Its stack pointer (an address).
+    pub sp: u64,
+    /// Its `rbp` (an address, or whatever the program kept in the register).
+    pub bp: u64,
+    /// Frames stored in `STACK_SCRATCH` so far.
+    pub stored: u32,
+    /// 1: `ip` is a return address (its call site is at `ip - 1`); 0: an instruction
+    /// that was interrupted or probed.
+    pub is_return_address: u32,
+}
 
 /// Most executable mappings of one process the unwinder knows (more are left out and
 /// their frames end stacks as not mapped, counted as unknown ends).
@@ -27,7 +80,8 @@ pub const MAX_MAPPINGS: usize = 256;
 pub const MAPPING_SEARCH_STEPS: u32 = 9;
 
 /// The stack id of allocations whose stack could not be interned (the stack map was
-/// full): their counters are kept under it, as lost stacks. Interned ids start at 1.
+/// full) or whose walk was cut short (see [`WalkState`]): their counters are kept under
+/// it, as lost stacks. Interned ids start at 1.
 pub const LOST_STACK: u32 = u32::MAX;
 
 /// The stack id meaning "no stack recorded" (stacks are off).

@@ -60,6 +60,7 @@ mod stacks_merge;
 mod stats;
 pub mod testing;
 mod tracker;
+mod unwind_chain;
 mod uprobe_multi;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;

@@ -63,6 +63,11 @@ const UPROBE_PROGRAMS: [&str; 3] = [
     program_names::LD_HOOK,
 ];
 
+/// The program the entry program tail-calls to walk a stack past its first batch
+/// (unwind_chain.rs): loaded, like the uprobe programs, only with stacks on, and attached
+/// to nothing.
+const UNWIND_PROGRAM: &str = program_names::UNWIND;
+
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProbePlacement {
@@ -226,7 +231,7 @@ impl Engine {
             }
             e => Error::Load(Box::new(e)),
         })?;
-        let mode = load_uprobe_programs(&mut ebpf, links)?;
+        let mode = load_uprobe_programs(&mut ebpf, links, stacks.is_some())?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
@@ -618,21 +623,44 @@ fn missing_program(name: &str) -> Error {
 }
 
 /// Loads the uprobe programs for uprobe_multi links where the kernel has them, else
-/// through aya for perf-event links.
-fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks) -> Result<UprobeMode> {
-    if links == UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
-        let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &UPROBE_PROGRAMS)?;
-        if crate::uprobe_multi::supported(programs[program_names::RETURN].as_fd()) {
-            return Ok(UprobeMode::Multi(programs));
-        }
+/// through aya for perf-event links; with `stacks`, also the unwind program, the same
+/// way (a tail call needs the entry program's type and expected attach type), and puts
+/// it into the entry program's program array. Stacks fail to load as a whole if it
+/// cannot be loaded.
+fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks, stacks: bool) -> Result<UprobeMode> {
+    let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
+    if stacks {
+        names.push(UNWIND_PROGRAM);
     }
-    for name in UPROBE_PROGRAMS {
+    if links == UprobeLinks::Auto
+        && !crate::uprobe_multi::forced_off()
+        && crate::uprobe_multi::supported()
+    {
+        let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &names)?;
+        if stacks {
+            let unwind = programs
+                .get(UNWIND_PROGRAM)
+                .ok_or_else(|| missing_program(UNWIND_PROGRAM))?;
+            crate::unwind_chain::install(ebpf, unwind.as_fd())?;
+        }
+        return Ok(UprobeMode::Multi(programs));
+    }
+    for &name in &names {
         let program: &mut UProbe = ebpf
             .program_mut(name)
             .ok_or_else(|| missing_program(name))?
             .try_into()
             .map_err(program_err(name))?;
         program.load().map_err(program_err(name))?;
+    }
+    if stacks {
+        let program: &UProbe = ebpf
+            .program(UNWIND_PROGRAM)
+            .ok_or_else(|| missing_program(UNWIND_PROGRAM))?
+            .try_into()
+            .map_err(program_err(UNWIND_PROGRAM))?;
+        let fd = program.fd().map_err(program_err(UNWIND_PROGRAM))?;
+        crate::unwind_chain::install(ebpf, fd.as_fd())?;
     }
     Ok(UprobeMode::Perf)
 }
@@ -774,7 +802,7 @@ mod tests {
     use memtrack_common::{LiveKey, Pending, PidStats, TrackState, map_names, program_names};
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UPROBE_PROGRAMS};
+    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UNWIND_PROGRAM, UPROBE_PROGRAMS};
 
     fn parsed() -> aya_obj::Object {
         aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
@@ -817,6 +845,67 @@ mod tests {
         );
     }
 
+    /// With stacks on, the unwind program is loaded and put into the entry program's
+    /// program array, with either kind of link; with stacks off it is not loaded and the
+    /// slot stays empty.
+    #[test]
+    fn stacks_put_the_unwind_program_into_its_slot_and_only_then() {
+        let name = "stacks_put_the_unwind_program_into_its_slot_and_only_then";
+        if !crate::can_track() {
+            assert!(
+                std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_none_or(|v| v != "1"),
+                "{name} needs root"
+            );
+            eprintln!("SKIPPED {name}: needs root");
+            return;
+        }
+        for links in [super::UprobeLinks::Auto, super::UprobeLinks::PerfEvent] {
+            for stacks in [Some(64), None] {
+                let case = format!("{links:?}, stacks {stacks:?}");
+                let engine = super::Engine::load(
+                    1024,
+                    super::ProbePlacement::default(),
+                    links,
+                    false,
+                    stacks,
+                )
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+                let slot = crate::unwind_chain::installed_id(&engine.ebpf)
+                    .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
+                let loaded = match &engine.mode {
+                    super::UprobeMode::Multi(programs) => programs.contains_key(UNWIND_PROGRAM),
+                    super::UprobeMode::Perf => {
+                        let program: &aya::programs::UProbe = engine
+                            .ebpf
+                            .program(UNWIND_PROGRAM)
+                            .expect("the object has the unwind program")
+                            .try_into()
+                            .expect("a uprobe");
+                        program.fd().is_ok()
+                    }
+                };
+                assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
+                match slot {
+                    None => assert!(stacks.is_none(), "{case}: empty slot"),
+                    Some(id) => {
+                        assert!(stacks.is_some(), "{case}: slot filled without stacks");
+                        let program = aya::programs::loaded_programs()
+                            .flatten()
+                            .find(|p| p.id() == id)
+                            .unwrap_or_else(|| panic!("{case}: no program {id}"));
+                        assert_eq!(program.name_as_str(), Some(UNWIND_PROGRAM), "{case}");
+                    }
+                }
+                if links == super::UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
+                    assert!(
+                        matches!(engine.mode, super::UprobeMode::Multi(_)),
+                        "{case}: this kernel has uprobe_multi"
+                    );
+                }
+            }
+        }
+    }
+
     /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is
     /// only right while the programs have no CO-RE relocations.
     #[test]
@@ -836,7 +925,8 @@ mod tests {
     fn ebpf_object_has_the_maps_the_loader_takes() {
         let hash = bpf_map_type::BPF_MAP_TYPE_HASH as u32;
         let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
-        let expected: [(&str, u32, usize, usize); 7] = [
+        let prog_array = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
+        let expected: [(&str, u32, usize, usize); 8] = [
             (
                 map_names::TRACKED,
                 hash,
@@ -873,6 +963,13 @@ mod tests {
                 hash,
                 size_of::<u32>(),
                 size_of::<u64>(),
+            ),
+            // unwind_chain.rs writes a program's fd (u32) at a u32 slot.
+            (
+                map_names::UNWIND_PROGS,
+                prog_array,
+                size_of::<u32>(),
+                size_of::<u32>(),
             ),
         ];
         let object = parsed();
@@ -926,6 +1023,16 @@ mod tests {
         assert!(
             matches!(entry, ProgramSection::UProbe { sleepable: false }),
             "{}: {entry:?}, expected a uprobe",
+            program_names::ENTRY
+        );
+        // Tail calls need the caller's program type: the unwind program is a uprobe
+        // like the entry program, loaded the same way.
+        assert_eq!(UNWIND_PROGRAM, program_names::UNWIND);
+        let unwind = section(program_names::UNWIND);
+        assert!(
+            matches!(unwind, ProgramSection::UProbe { sleepable: false }),
+            "{}: {unwind:?}, expected a uprobe like {}",
+            program_names::UNWIND,
             program_names::ENTRY
         );
         let ret = section(program_names::RETURN);

@@ -256,10 +256,14 @@ impl ScopeStacks {
 pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
 
 /// The most frames the kernel unwinds per stack (the largest depth
-/// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks) takes): 16, the most the
-/// verifier accepts in one program. A deeper stack is cut there and marked
-/// [`StackEnd::Truncated`].
+/// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks) takes): 64, all a kernel
+/// stack key holds (512 bytes, the kernel's limit for hash map keys), walked by a chain
+/// of tail calls. A deeper stack is cut there and marked [`StackEnd::Truncated`].
 pub const MAX_DEPTH: u32 = memtrack_common::stacks::MAX_UNWIND_DEPTH;
+
+/// The depth, in frames, that `memtrack run --stacks` uses without `=DEPTH`: the most,
+/// [`MAX_DEPTH`].
+pub const DEFAULT_DEPTH: u32 = MAX_DEPTH;
 
 /// The name of process `pid`'s stacks file: `{pid}.MemtrackStacks.msgpack`.
 pub fn stacks_file_name(pid: u32) -> String {

@@ -101,8 +101,10 @@ impl TrackerBuilder {
 
     /// Records the call stack of every counted allocation, unwound in the kernel from
     /// the objects' `.eh_frame`, at most `depth` frames (1 to
-    /// [`stacks::MAX_DEPTH`](crate::stacks::MAX_DEPTH) = 16, clamped; a deeper stack is
-    /// cut there and marked truncated), with per-stack counters read by
+    /// [`stacks::MAX_DEPTH`](crate::stacks::MAX_DEPTH) = 64, clamped; a deeper stack is
+    /// cut there and marked truncated; `memtrack run --stacks` uses
+    /// [`stacks::DEFAULT_DEPTH`](crate::stacks::DEFAULT_DEPTH) = 64), with per-stack
+    /// counters read by
     /// [`Tracker::stacks`] and [`ProcessTracker::stacks`]. Off by default. With stacks
     /// on the tracker reserves about 16 MiB for unwind rows, 8.5 MiB for distinct
     /// stacks and one more live-block map entry of 4 bytes per live block.

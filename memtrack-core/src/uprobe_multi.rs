@@ -27,7 +27,8 @@ use std::{
 
 use aya::{Ebpf, maps::Map};
 use aya_obj::generated::{
-    BPF_F_UPROBE_MULTI_RETURN, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type,
+    BPF_ALU64, BPF_EXIT, BPF_F_UPROBE_MULTI_RETURN, BPF_JMP, BPF_K, BPF_MOV, bpf_attach_type,
+    bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type,
 };
 
 use crate::error::{Error, Result};
@@ -35,7 +36,15 @@ use crate::error::{Error, Result};
 /// Bytes of verifier log kept when a program is rejected.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
 
+/// One `bpf()` call that returns a new file descriptor (program load, link create).
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
+    let ret = sys_bpf_raw(cmd, attr)?;
+    // SAFETY: on success these commands return a new file descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// One `bpf()` call; its non-negative return value.
+pub(crate) fn sys_bpf_raw(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<libc::c_long> {
     // SAFETY: attr is a valid, fully initialised bpf_attr for `cmd`; the kernel reads at
     // most size_of::<bpf_attr>() bytes and writes only into buffers it points to, which
     // the caller keeps alive for the call.
@@ -50,24 +59,25 @@ fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: on success these commands return a new file descriptor we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+    Ok(ret)
 }
 
-fn zeroed_attr() -> bpf_attr {
+/// An all-zero `bpf_attr`, the starting point of every `bpf()` call.
+pub(crate) fn zeroed_attr() -> bpf_attr {
     // SAFETY: bpf_attr is a plain C union of integers; all-zero is its documented
     // "unset" value for every field.
     unsafe { std::mem::zeroed() }
 }
 
 /// The file descriptor of a map aya created (only the map kinds memtrack uses).
-fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
+pub(crate) fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
     let data = match map {
         Map::HashMap(d)
         | Map::Array(d)
         | Map::PerCpuArray(d)
         | Map::PerCpuHashMap(d)
-        | Map::LruHashMap(d) => d,
+        | Map::LruHashMap(d)
+        | Map::ProgramArray(d) => d,
         _ => return None,
     };
     Some(data.fd().as_fd())
@@ -208,13 +218,28 @@ pub(crate) fn forced_off() -> bool {
 /// Whether this kernel makes uprobe_multi links, decided once per process by asking it
 /// for one on a path that cannot be probed (a directory): a kernel that knows the link
 /// type rejects the path (EBADF), one that does not rejects the type (EINVAL), one
-/// without uprobes says EOPNOTSUPP. `program` must be loaded by [`load_programs`].
-pub(crate) fn supported(program: BorrowedFd<'_>) -> bool {
+/// without uprobes says EOPNOTSUPP. The question is asked with a program of its own
+/// (`return 0`), not one of the object's: loading the entry program gives the
+/// `UNWIND_PROGS` array its owner's expected attach type for good, so the object's
+/// programs are loaded only once the link kind is known (the unwind program must match).
+pub(crate) fn supported() -> bool {
     static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    *SUPPORTED.get_or_init(
-        || match attach(program, Path::new("/"), &[0], &[0], 0, false) {
+    *SUPPORTED.get_or_init(|| {
+        // r0 = 0; exit
+        let mut insns: [bpf_insn; 2] = [
+            // SAFETY: bpf_insn is plain integers (with bitfields); zero is register 0.
+            unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            unsafe { std::mem::zeroed() },
+        ];
+        insns[0].code = (BPF_ALU64 | BPF_MOV | BPF_K) as u8;
+        insns[1].code = (BPF_JMP | BPF_EXIT) as u8;
+        let Ok(program) = load_one("memtrack_probe", &insns, c"Dual MIT/GPL") else {
+            return false;
+        };
+        match attach(program.as_fd(), Path::new("/"), &[0], &[0], 0, false) {
             Ok(_) => true,
             Err(e) => e.raw_os_error() == Some(libc::EBADF),
-        },
-    )
+        }
+    })
 }

@@ -6,7 +6,7 @@
 use std::{path::Path, process::Command};
 
 use memtrack::{
-    CommandSpec, OutputDir, Scope, Tracker,
+    CommandSpec, OutputDir, Scope, Tracker, UprobeLinks,
     stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
 };
 use memtrack_test_support::{repo_dir, require_privileges};
@@ -14,14 +14,19 @@ use object::{Object, ObjectSymbol};
 
 /// Builds call_tree.c as the stacks fixtures are built.
 fn build(dir: &Path) -> std::path::PathBuf {
-    let out = dir.join("call_tree");
+    build_fixture(dir, "call_tree")
+}
+
+/// Builds tests/stacks/`name`.c as the stacks fixtures are built.
+fn build_fixture(dir: &Path, name: &str) -> std::path::PathBuf {
+    let out = dir.join(name);
     let status = Command::new("gcc")
         .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
         .arg(&out)
-        .arg(repo_dir().join("tests/stacks/call_tree.c"))
+        .arg(repo_dir().join(format!("tests/stacks/{name}.c")))
         .status()
         .expect("gcc runs");
-    assert!(status.success(), "compiling call_tree.c failed");
+    assert!(status.success(), "compiling {name}.c failed");
     out
 }
 
@@ -79,7 +84,7 @@ fn call_tree_stacks_and_counts_are_exact() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
     let tracker = Tracker::builder()
-        .stacks(16)
+        .stacks(64)
         .spawn(CommandSpec::new(&exe))
         .unwrap();
     let status = tracker.wait().unwrap();
@@ -141,12 +146,68 @@ fn call_tree_stacks_and_counts_are_exact() {
     assert_eq!(total.freed_blocks, stats.free_calls);
     assert_eq!(total.freed_bytes, stats.bytes_freed);
     assert_eq!(total.at_peak_bytes, stats.peak_live_bytes);
-    assert_eq!(stacks.depth_limit, 16);
+    assert_eq!(stacks.depth_limit, 64);
     assert!(
         stacks.objects.iter().any(|o| o.build_id.is_some()),
         "{:#?}",
         stacks.objects
     );
+}
+
+/// Stacks deeper than the entry program's first batch are walked on by the unwind
+/// program's tail calls, with either kind of uprobe link (the unwind program is loaded
+/// the way the entry program is): tests/stacks/deep.c's recursion, whole within the
+/// limit, cut at exactly the limit beyond it, never lost. Each case: (depth limit,
+/// levels of recursion, end, descend frames).
+#[test]
+fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
+    if !require_privileges("deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "deep");
+    let cases = [
+        (64, 40, StackEnd::Complete, 41),
+        (64, 70, StackEnd::Truncated, 64),
+        (20, 40, StackEnd::Truncated, 20),
+        (9, 40, StackEnd::Truncated, 9),
+    ];
+    for links in [UprobeLinks::Auto, UprobeLinks::PerfEvent] {
+        for (depth, levels, end, descend) in cases {
+            let case = format!("{links:?}, depth {depth}, {levels} levels");
+            let tracker = Tracker::builder()
+                .stacks(depth)
+                .uprobe_links(links)
+                .spawn(CommandSpec::new(&exe).args([levels.to_string()]))
+                .unwrap();
+            assert_eq!(tracker.wait().unwrap().code, Some(0), "{case}");
+            let pid = tracker.pid();
+            let stacks = tracker.stacks(pid).expect("stacks are on");
+            let mut frames = vec!["descend".to_string(); descend];
+            if end == StackEnd::Complete {
+                // main, glibc's two start-up frames (in libc), _start.
+                frames.extend(["main", "?", "?", "_start"].map(String::from));
+            }
+            let counts = StackCounts {
+                alloc_blocks: 3,
+                alloc_bytes: 192,
+                freed_blocks: 3,
+                freed_bytes: 192,
+                max_live_bytes: 64,
+                max_live_blocks: 1,
+                at_peak_blocks: 1,
+                at_peak_bytes: 64,
+                ..StackCounts::default()
+            };
+            assert_eq!(
+                named(&stacks, &exe),
+                vec![(frames, end, counts)],
+                "{case}: {stacks:#?}"
+            );
+            assert_eq!(stacks.process.lost, StackCounts::default(), "{case}");
+            assert_eq!(stacks.depth_limit, depth, "{case}");
+        }
+    }
 }
 
 /// Stacks off (the default): no stacks are kept.
@@ -170,7 +231,7 @@ fn in_process_tracker_writes_its_stacks_file() {
     if !require_privileges("in_process_tracker_writes_its_stacks_file") {
         return;
     }
-    let mut tracker = Tracker::builder().stacks(16).build(Scope::Thread).unwrap();
+    let mut tracker = Tracker::builder().stacks(64).build(Scope::Thread).unwrap();
     tracker.start().unwrap();
     let v: Vec<u8> = Vec::with_capacity(std::hint::black_box(1000));
     drop(std::hint::black_box(v));

@@ -4,12 +4,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
     TrackState, global, ld_hook,
-    stacks::{KernelStackCounts, ProcessMappings, StackKey},
+    stacks::{KernelStackCounts, ProcessMappings, StackKey, WalkState},
     unwind::UnwindRow,
 };
 
@@ -96,6 +96,18 @@ pub static LIVE_STACK: HashMap<LiveKey, u32> = HashMap::with_max_entries(1, 0);
 /// The stack being unwound on this CPU (too large for the 512-byte BPF stack).
 #[map]
 pub static STACK_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// The walk in progress on this CPU, handed from one program of the unwinding chain to
+/// the next (unwind.rs).
+#[map]
+pub static UNWIND_STATE: PerCpuArray<WalkState> = PerCpuArray::with_max_entries(1, 0);
+
+/// The unwind program, at `memtrack_common::stacks::UNWIND_PROG_SLOT`, for the chain's
+/// tail calls. Filled by user space with stacks on; empty otherwise (and then never
+/// called: the verifier prunes the walk with the depth global at 0).
+#[map]
+pub static UNWIND_PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
 /// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
 /// deletes the entry when the thread stops with that signal. Preallocated: the hook
 /// inserts into it.

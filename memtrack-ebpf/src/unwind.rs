@@ -4,17 +4,28 @@
 //! is the same walk in user space), interns the frames as a stack id, and charges the
 //! block to it; a free is charged to the stack that allocated the block.
 //!
-//! Every loop has a constant bound the verifier can count: frames
-//! ([`MAX_UNWIND_DEPTH`] + 1, the allocation function's own frame is walked but not
-//! stored), mapping search steps ([`MAPPING_SEARCH_STEPS`]) and row search steps
-//! ([`MAX_SEARCH_STEPS`]).
+//! The walk is a chain of programs (see `memtrack_common::stacks::WalkState`): the
+//! entry program walks the first [`UNWIND_BATCH`] frames ([`start`]), then tail-calls
+//! [`unwind_prog`] through `UNWIND_PROGS`, which walks the next batch and tail-calls
+//! itself until the walk ends; the program that ends it interns the stack and writes
+//! its id into the thread's pending call. One program walking all 64 frames exceeds
+//! the verifier's budget; each program of the chain is verified once, for one batch.
+//!
+//! Every loop has a constant bound the verifier can count: frames per program
+//! ([`UNWIND_BATCH`]), mapping search steps ([`MAPPING_SEARCH_STEPS`]) and row search
+//! steps ([`MAX_SEARCH_STEPS`]).
 
-use aya_ebpf::helpers::bpf_probe_read_user;
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::uprobe,
+    programs::ProbeContext,
+};
 use memtrack_common::{
     LiveKey, PidStats, global,
     stacks::{
         KernelStackCounts, LOST_STACK, MAPPING_SEARCH_STEPS, MAX_MAPPINGS, MAX_STACK_DEPTH,
-        MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, frame, stack_counts_key,
+        MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, StackKey, UNWIND_BATCH,
+        UNWIND_PROG_SLOT, WalkState, frame, stack_counts_key,
     },
     unwind::{MAX_SEARCH_STEPS, OFFSET_UNIT, PLT_PUSHED_FROM, UnwindRow, cfa_rule, sigframe},
 };
@@ -22,7 +33,10 @@ use memtrack_common::{
 use crate::{
     atomics,
     global_count::global_bump,
-    maps::{GLOBAL, LIVE_STACK, MAPPINGS, STACK_COUNTS, STACK_IDS, STACK_SCRATCH, UNWIND_ROWS},
+    maps::{
+        GLOBAL, LIVE_STACK, MAPPINGS, PENDING, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
+        UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
+    },
 };
 
 /// `BPF_NOEXIST`: insert only if the key is new.
@@ -46,36 +60,122 @@ pub fn depth() -> u32 {
     }
 }
 
-/// The stack id of the allocation whose entry probe sees registers `ip`, `sp`, `bp`
-/// in process `tgid`: [`NO_STACK`] when stacks are off, [`LOST_STACK`] when it could not
-/// be interned.
-#[inline(never)]
-pub fn stack_of(tgid: u32, ip: u64, sp: u64, bp: u64) -> u32 {
+/// The stack id a call's pending entry starts with: [`NO_STACK`] when stacks are off,
+/// else [`LOST_STACK`] until the walk that [`start`] begins writes the real one (a
+/// walk cut short leaves it lost, never wrong).
+#[inline(always)]
+pub fn initial_stack() -> u32 {
+    if depth() == 0 { NO_STACK } else { LOST_STACK }
+}
+
+/// Walks the stack of the counted call whose pending entry thread `pid_tgid` has just
+/// recorded (at `entry_sp`), from the probe's registers `ip`, `sp`, `bp`: the first
+/// batch here, the rest by tail calls. Call it last: after a tail call the entry
+/// program does not resume.
+#[inline(always)]
+pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64, bp: u64) {
     let depth = depth();
     if depth == 0 {
-        return NO_STACK;
+        return;
     }
-    let Some(key) = STACK_SCRATCH.get_ptr_mut(0) else {
-        return LOST_STACK;
+    let (Some(key), Some(state)) = (STACK_SCRATCH.get_ptr_mut(0), UNWIND_STATE.get_ptr_mut(0))
+    else {
+        return;
     };
     // SAFETY: the scratch is this CPU's own for the program's run.
     let frames = unsafe { &mut (*key).frames };
     for slot in frames.iter_mut() {
         *slot = 0;
     }
+    let mut s = WalkState {
+        owner: pid_tgid,
+        entry_sp,
+        ip,
+        sp,
+        bp,
+        stored: 0,
+        is_return_address: 0,
+    };
     // SAFETY: plain data read in place.
-    let (stored, end) = match unsafe { MAPPINGS.get(&tgid) } {
-        Some(mappings) => walk(frames, mappings, depth as usize, ip, sp, bp),
-        None => (0, frame::end::UNKNOWN),
+    let end = match unsafe { MAPPINGS.get(&((pid_tgid >> 32) as u32)) } {
+        // The allocation function's own frame is walked, not stored.
+        Some(m) => match step(frames, m, depth as usize, &mut s, false) {
+            Some(end) => Some(end),
+            None => walk_batch(frames, m, depth as usize, &mut s),
+        },
+        None => Some(frame::end::UNKNOWN),
+    };
+    // SAFETY: both point into this CPU's map values.
+    unsafe { continue_or_finish(ctx, &mut *key, &mut *state, s, end) };
+}
+
+/// The unwind program: walks the next batch of the walk `UNWIND_STATE` holds, then
+/// tail-calls itself or ends the walk. Reached only by tail calls (attached to
+/// nothing), and loaded like the entry program (tail calls need the same program type
+/// and expected attach type).
+#[uprobe]
+pub fn unwind_prog(ctx: ProbeContext) -> u32 {
+    let depth = depth();
+    if depth == 0 {
+        return 0;
+    }
+    let (Some(key), Some(state)) = (STACK_SCRATCH.get_ptr_mut(0), UNWIND_STATE.get_ptr_mut(0))
+    else {
+        return 0;
+    };
+    // SAFETY: this CPU's map value, copied out.
+    let mut s = unsafe { *state };
+    if s.owner != bpf_get_current_pid_tgid() {
+        // Another thread's walk took this CPU's state over: this one's pending call
+        // keeps LOST_STACK.
+        return 0;
+    }
+    // SAFETY: the scratch is this CPU's own for the program's run.
+    let frames = unsafe { &mut (*key).frames };
+    // SAFETY: plain data read in place.
+    let end = match unsafe { MAPPINGS.get(&((s.owner >> 32) as u32)) } {
+        Some(m) => walk_batch(frames, m, depth as usize, &mut s),
+        None => Some(frame::end::UNKNOWN),
+    };
+    // SAFETY: both point into this CPU's map values.
+    unsafe { continue_or_finish(&ctx, &mut *key, &mut *state, s, end) };
+    0
+}
+
+/// After a batch: ends the walk when it has an end, else saves its state and
+/// tail-calls the unwind program. A tail call that fails returns here, and the pending
+/// call keeps LOST_STACK.
+#[inline(always)]
+fn continue_or_finish(
+    ctx: &ProbeContext,
+    key: &mut StackKey,
+    state: &mut WalkState,
+    s: WalkState,
+    end: Option<u64>,
+) {
+    let Some(end) = end else {
+        *state = s;
+        // SAFETY: the context is the probe's own, passed on unchanged.
+        unsafe { UNWIND_PROGS.tail_call(ctx, UNWIND_PROG_SLOT) };
+        return;
     };
     let end_bits = end << frame::END_SHIFT;
+    let stored = s.stored as usize;
     if stored == 0 {
-        frames[0] = frame::NO_FRAME | end_bits;
-    } else if let Some(last) = frames.get_mut(index(stored - 1)) {
+        key.frames[0] = frame::NO_FRAME | end_bits;
+    } else if let Some(last) = key.frames.get_mut(index(stored - 1)) {
         *last |= end_bits;
     }
-    // SAFETY: key points into the scratch map value.
-    intern(unsafe { &*key })
+    let id = intern(key);
+    if let Some(p) = PENDING.get_ptr_mut(&s.owner) {
+        // SAFETY: only this thread touches its own entry; the entry_sp check makes sure
+        // it is still the call the walk began for.
+        unsafe {
+            if (*p).entry_sp == s.entry_sp && (*p).stack == LOST_STACK {
+                (*p).stack = id;
+            }
+        }
+    }
 }
 
 /// Makes the verifier see the bound of an index (see `account::slot`).
@@ -85,95 +185,110 @@ fn index(i: usize) -> usize {
     unsafe { core::ptr::read_volatile(&i) }
 }
 
-/// Walks the stack into `frames`; returns how many were stored and the end
-/// (`frame::end`).
+/// Walks up to [`UNWIND_BATCH`] frames into `frames`; the end (`frame::end`) when the
+/// walk ended, None when it goes on.
 #[inline(always)]
-fn walk(
+fn walk_batch(
     frames: &mut [u64; MAX_STACK_DEPTH],
     mappings: &ProcessMappings,
     depth: usize,
-    mut ip: u64,
-    mut sp: u64,
-    mut bp: u64,
-) -> (usize, u64) {
-    let mut is_return_address = false;
-    let mut stored = 0usize;
-    for i in 0..=MAX_UNWIND_DEPTH as usize {
-        let pc = if is_return_address {
-            ip.wrapping_sub(1)
-        } else {
-            ip
-        };
-        let mapping = find_mapping(mappings, pc);
-        if i > 0 {
-            if i - 1 >= depth {
-                return (stored, frame::end::TRUNCATED);
-            }
-            let mut value = match mapping {
-                Some(m) => {
-                    (ip.wrapping_sub(m.bias) & frame::ADDRESS_MASK)
-                        | ((u64::from(m.object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
-                }
-                None => ip & frame::ADDRESS_MASK,
-            };
-            if !is_return_address {
-                value |= frame::INTERRUPTED;
-            }
-            let Some(slot) = frames.get_mut(index(i - 1)) else {
-                return (stored, frame::end::UNKNOWN);
-            };
-            *slot = value;
-            stored = i;
+    s: &mut WalkState,
+) -> Option<u64> {
+    for _ in 0..UNWIND_BATCH {
+        if let Some(end) = step(frames, mappings, depth, s, true) {
+            return Some(end);
         }
-        let Some(m) = mapping else {
-            return (stored, frame::end::UNKNOWN);
-        };
-        let Some(row) = find_row(m, pc.wrapping_sub(m.bias)) else {
-            return (stored, frame::end::UNKNOWN);
-        };
-        let offset = u64::from(row.cfa_offset) * OFFSET_UNIT;
-        let cfa = match row.cfa_rule {
-            cfa_rule::RSP => sp.wrapping_add(offset),
-            cfa_rule::RBP => bp.wrapping_add(offset),
-            cfa_rule::PLT => {
-                let pushed = if ip & 15 >= PLT_PUSHED_FROM { 8 } else { 0 };
-                sp.wrapping_add(offset).wrapping_add(pushed)
-            }
-            cfa_rule::SIGNAL_FRAME => {
-                let (Some(r_ip), Some(r_sp), Some(r_bp)) = (
-                    read(sp.wrapping_add(sigframe::RIP)),
-                    read(sp.wrapping_add(sigframe::RSP)),
-                    read(sp.wrapping_add(sigframe::RBP)),
-                ) else {
-                    return (stored, frame::end::UNKNOWN);
-                };
-                ip = r_ip;
-                sp = r_sp;
-                bp = r_bp;
-                is_return_address = false;
-                continue;
-            }
-            cfa_rule::END_OF_STACK => return (stored, frame::end::COMPLETE),
-            _ => return (stored, frame::end::UNKNOWN),
-        };
-        if cfa <= sp {
-            return (stored, frame::end::UNKNOWN);
-        }
-        let Some(ra) = read(cfa.wrapping_sub(8)) else {
-            return (stored, frame::end::UNKNOWN);
-        };
-        if row.rbp_rule < 0 {
-            let at = cfa.wrapping_sub(u64::from(row.rbp_rule.unsigned_abs()) * OFFSET_UNIT);
-            match read(at) {
-                Some(v) => bp = v,
-                None => return (stored, frame::end::UNKNOWN),
-            }
-        }
-        ip = ra;
-        sp = cfa;
-        is_return_address = true;
     }
-    (stored, frame::end::TRUNCATED)
+    None
+}
+
+/// One frame: stores it when `store` (else it is the allocation function's own),
+/// then moves `s` to its caller. The end (`frame::end`) when there is none to move to.
+#[inline(always)]
+fn step(
+    frames: &mut [u64; MAX_STACK_DEPTH],
+    mappings: &ProcessMappings,
+    depth: usize,
+    s: &mut WalkState,
+    store: bool,
+) -> Option<u64> {
+    let ip = s.ip;
+    let sp = s.sp;
+    let is_return_address = s.is_return_address != 0;
+    if store && s.stored as usize >= depth {
+        return Some(frame::end::TRUNCATED);
+    }
+    let pc = if is_return_address {
+        ip.wrapping_sub(1)
+    } else {
+        ip
+    };
+    let mapping = find_mapping(mappings, pc);
+    if store {
+        let mut value = match mapping {
+            Some(m) => {
+                (ip.wrapping_sub(m.bias) & frame::ADDRESS_MASK)
+                    | ((u64::from(m.object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
+            }
+            None => ip & frame::ADDRESS_MASK,
+        };
+        if !is_return_address {
+            value |= frame::INTERRUPTED;
+        }
+        let Some(slot) = frames.get_mut(index(s.stored as usize)) else {
+            return Some(frame::end::UNKNOWN);
+        };
+        *slot = value;
+        s.stored += 1;
+    }
+    let Some(m) = mapping else {
+        return Some(frame::end::UNKNOWN);
+    };
+    let Some(row) = find_row(m, pc.wrapping_sub(m.bias)) else {
+        return Some(frame::end::UNKNOWN);
+    };
+    let offset = u64::from(row.cfa_offset) * OFFSET_UNIT;
+    let cfa = match row.cfa_rule {
+        cfa_rule::RSP => sp.wrapping_add(offset),
+        cfa_rule::RBP => s.bp.wrapping_add(offset),
+        cfa_rule::PLT => {
+            let pushed = if ip & 15 >= PLT_PUSHED_FROM { 8 } else { 0 };
+            sp.wrapping_add(offset).wrapping_add(pushed)
+        }
+        cfa_rule::SIGNAL_FRAME => {
+            let (Some(r_ip), Some(r_sp), Some(r_bp)) = (
+                read(sp.wrapping_add(sigframe::RIP)),
+                read(sp.wrapping_add(sigframe::RSP)),
+                read(sp.wrapping_add(sigframe::RBP)),
+            ) else {
+                return Some(frame::end::UNKNOWN);
+            };
+            s.ip = r_ip;
+            s.sp = r_sp;
+            s.bp = r_bp;
+            s.is_return_address = 0;
+            return None;
+        }
+        cfa_rule::END_OF_STACK => return Some(frame::end::COMPLETE),
+        _ => return Some(frame::end::UNKNOWN),
+    };
+    if cfa <= sp {
+        return Some(frame::end::UNKNOWN);
+    }
+    let Some(ra) = read(cfa.wrapping_sub(8)) else {
+        return Some(frame::end::UNKNOWN);
+    };
+    if row.rbp_rule < 0 {
+        let at = cfa.wrapping_sub(u64::from(row.rbp_rule.unsigned_abs()) * OFFSET_UNIT);
+        match read(at) {
+            Some(v) => s.bp = v,
+            None => return Some(frame::end::UNKNOWN),
+        }
+    }
+    s.ip = ra;
+    s.sp = cfa;
+    s.is_return_address = 1;
+    None
 }
 
 /// 8 bytes of the thread's stack.
@@ -249,7 +364,7 @@ fn find_row(m: &MappingEntry, vaddr: u64) -> Option<UnwindRow> {
 
 /// The id of the stack in the scratch `key`, interning it if new.
 #[inline(always)]
-fn intern(key: &memtrack_common::stacks::StackKey) -> u32 {
+fn intern(key: &StackKey) -> u32 {
     // SAFETY: plain u32 value.
     if let Some(&id) = unsafe { STACK_IDS.get(key) } {
         return id;

@@ -90,34 +90,35 @@ fn counted_outermost(c: &Call, count_depth: bool) -> Option<*mut PidStats> {
     account::stats_of(tgid_of(c.pid_tgid))
 }
 
-/// Entry of every allocating function but the realloc family.
+/// Entry of every allocating function but the realloc family. True when it recorded
+/// the call as pending (its stack is then to be walked, [`walk_stack`]).
 #[inline(always)]
-fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> u32 {
+fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
     let Some(stats) = counted_outermost(c, true) else {
-        return 0;
+        return false;
     };
     account::count_call(stats, c.func);
     let pending = Pending {
         depth: 1,
         func: c.func,
         kind: c.kind.id(),
-        stack: unwind::stack_of(tgid_of(c.pid_tgid), c.ip, c.sp, c.bp),
+        stack: unwind::initial_stack(),
         size,
         ptr,
         old_size: 0,
         flags,
         entry_sp: c.entry_sp,
     };
-    account::begin_call(c.pid_tgid, &pending, stats);
-    0
+    account::begin_call(c.pid_tgid, &pending, stats)
 }
 
 /// Entry of the realloc family: the old block leaves the live map now (see
-/// `memtrack_common::Pending::old_size`) and comes back if the call fails.
+/// `memtrack_common::Pending::old_size`) and comes back if the call fails. True when
+/// it recorded the call as pending.
 #[inline(always)]
-fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
+fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
     let Some(stats) = counted_outermost(c, true) else {
-        return 0;
+        return false;
     };
     let tgid = tgid_of(c.pid_tgid);
     account::count_call(stats, c.func);
@@ -125,7 +126,7 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
         depth: 1,
         func: c.func,
         kind: c.kind.id(),
-        stack: unwind::stack_of(tgid, c.ip, c.sp, c.bp),
+        stack: unwind::initial_stack(),
         size,
         ptr,
         old_size: 0,
@@ -139,11 +140,21 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> u32 {
         pending.old_size = old;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
-    if !account::begin_call(c.pid_tgid, &pending, stats)
-        && pending.flags & pending_flags::OLD_KNOWN != 0
-    {
+    if account::begin_call(c.pid_tgid, &pending, stats) {
+        return true;
+    }
+    if pending.flags & pending_flags::OLD_KNOWN != 0 {
         account::restore_live(stats, tgid, ptr, pending.old_size);
     }
+    false
+}
+
+/// Walks the stack of a call the entry program just recorded as pending (stacks on:
+/// the entry's stack id stays `LOST_STACK` unless the walk ends and writes it). Last in
+/// the program: the walk may tail-call, after which the entry program does not resume.
+#[inline(always)]
+fn walk_stack(ctx: &ProbeContext, c: &Call) -> u32 {
+    unwind::start(ctx, c.pid_tgid, c.entry_sp, c.ip, c.sp, c.bp);
     0
 }
 
@@ -242,8 +253,8 @@ pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
     let Some(c) = call(&ctx) else {
         return unreadable_call();
     };
-    match c.kind {
-        Kind::Free => free_entry(&ctx, &c),
+    let pending = match c.kind {
+        Kind::Free => return free_entry(&ctx, &c),
         Kind::SizeFirst => alloc_entry(&c, arg(&ctx, 0), 0, 0),
         Kind::SizeSecond => alloc_entry(&c, arg(&ctx, 1), 0, 0),
         Kind::Calloc => {
@@ -257,7 +268,8 @@ pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
             realloc_entry(&c, arg(&ctx, 0), size, overflow)
         }
         Kind::PosixMemalign => alloc_entry(&c, arg(&ctx, 2), arg(&ctx, 0), 0),
-    }
+    };
+    if pending { walk_stack(&ctx, &c) } else { 0 }
 }
 
 /// A probe whose cookie names no argument layout: the call cannot be read, so it is a

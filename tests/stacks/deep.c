@@ -1,8 +1,10 @@
-/* A call stack deeper than the kernel unwinder's depth limit (16 frames), for the
- * stacks tests (memtrack-cli/tests/run_stacks.rs), built with -O2 -g
- * -fomit-frame-pointer:
+/* A call stack of a chosen depth, for the stacks tests of the kernel unwinder's depth
+ * limit (memtrack-cli/tests/run_stacks.rs), built with -O2 -g -fomit-frame-pointer:
  *
- *   main -> descend(40) -> descend(39) -> ... -> descend(1) -> malloc(64)
+ *   main -> descend(N) -> descend(N-1) -> ... -> descend(0) -> malloc(64)
+ *
+ * N is the first argument (default 40): N + 1 frames of descend, then main and the C
+ * library's start-up frames.
  *
  * noipa keeps descend a real function that recursion cannot be turned into a loop in;
  * the store to `sink` after each call keeps it from being a tail call, so every level
@@ -22,9 +24,10 @@ __attribute__((noipa)) char *descend(int n) {
     return p;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 40;
     for (int i = 0; i < 3; i++) {
-        char *p = descend(40);
+        char *p = descend(n); /* site: main calls descend */
         sink = (char)i;
         free(p);
     }
