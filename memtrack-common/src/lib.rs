@@ -296,7 +296,8 @@ pub struct PidStats {
     pub live_bytes: u64,
     /// Highest `live_bytes` seen.
     pub peak_live_bytes: u64,
-    /// `bpf_ktime_get_ns()` when `peak_live_bytes` was last raised (0: never).
+    /// `bpf_ktime_get_ns()` when `live_bytes` last reached `peak_live_bytes` (the latest
+    /// of equal peaks, as valgrind DHAT's t-gmax; 0: never).
     pub peak_time_ns: u64,
     /// Allocation calls that failed.
     pub failed_allocs: u64,
@@ -325,8 +326,8 @@ pub struct PidStats {
     pub funcs: [FuncCounters; NUM_FUNCS],
     /// Log2 histogram of the requested sizes of the blocks handed out.
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
-    /// Times `peak_live_bytes` was raised (the peak epoch of the per-stack at-peak
-    /// counters, `stacks::KernelStackCounts`).
+    /// Times `live_bytes` reached `peak_live_bytes` (the peak epoch of the per-stack
+    /// at-peak counters, `stacks::KernelStackCounts`).
     pub peak_epoch: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
     pub _reserved: [u64; 2],
