@@ -97,8 +97,7 @@ pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
         reason,
     };
     let bytes = read_bounded(path, MAX_STACKS_FILE_BYTES).map_err(invalid)?;
-    let stacks: ProcessStacks = rmp_serde::from_slice(&bytes)
-        .map_err(|e| invalid(format!("truncated or corrupt MessagePack: {e}")))?;
+    let stacks = ProcessStacks::from_bytes(&bytes).map_err(|e| invalid(e.to_string()))?;
     stacks.validate().map_err(|e| invalid(e.to_string()))?;
     Ok(stacks)
 }
