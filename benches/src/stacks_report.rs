@@ -100,9 +100,8 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
                     thousands(c.loop_stack.alloc_calls),
                     thousands(c.expected.alloc_calls)
                 ),
-                c.loop_shape.map_or("-".to_string(), |(frames, end)| {
-                    format!("{frames} {end:?}")
-                }),
+                c.loop_shape
+                    .map_or("-".to_string(), |(frames, end)| format!("{frames} {end:?}")),
                 format!(
                     "{} / {}",
                     thousands(c.sums.alloc_calls),
@@ -139,14 +138,20 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
 /// The section as JSON.
 pub fn json(r: &StacksResult) -> Json {
     let per_op = |p: &crate::probe_cost::PerOp| {
-        obj([("wall_ns", samples_json(&p.wall)), ("cpu_ns", samples_json(&p.cpu))])
+        obj([
+            ("wall_ns", samples_json(&p.wall)),
+            ("cpu_ns", samples_json(&p.cpu)),
+        ])
     };
     let setups = r
         .setups
         .iter()
         .map(|row| {
             obj([
-                ("depth", row.depth.map_or(Json::Null, |d| Json::from(u64::from(d)))),
+                (
+                    "depth",
+                    row.depth.map_or(Json::Null, |d| Json::from(u64::from(d))),
+                ),
                 ("pair", per_op(&row.pair)),
                 ("malloc", per_op(&row.malloc)),
                 ("free", per_op(&row.free)),
@@ -159,7 +164,10 @@ pub fn json(r: &StacksResult) -> Json {
         ("setups", Json::Array(setups)),
         ("threads", Json::from(r.threads.0)),
         ("ops_per_thread", Json::from(r.threads.1)),
-        ("threads_stacks_off_per_pair", per_op(&r.threads_off_per_pair)),
+        (
+            "threads_stacks_off_per_pair",
+            per_op(&r.threads_off_per_pair),
+        ),
         ("threads_stacks_per_pair", per_op(&r.threads_per_pair)),
         (
             "checks",
