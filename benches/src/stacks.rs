@@ -6,7 +6,8 @@
 //! measured in the same conditions. Then the 8 threads x 1,000,000 pairs run with stacks
 //! on. Every run's counters are checked like every tracked run (`Session::tracked`), and
 //! its stacks too ([`StackCheck`]): the loop's blocks all under the one stack of the
-//! expected depth, the per-stack totals adding up to the process's, nothing lost.
+//! expected depth, the per-stack totals adding up to the process's (its bytes at peak
+//! too), nothing lost.
 
 use memtrack::{
     Stats,
@@ -62,6 +63,9 @@ pub struct StackCheck {
     pub sums: Counts,
     /// Blocks whose stack was lost.
     pub lost_blocks: u64,
+    /// Bytes live at the process's peak: (the stacks' shares summed, the process's
+    /// `peak_live_bytes`).
+    pub at_peak_bytes: (u64, u64),
 }
 
 impl StackCheck {
@@ -100,15 +104,17 @@ impl StackCheck {
             process: Counts::of(stats),
             sums,
             lost_blocks: scope.lost.alloc_blocks,
+            at_peak_bytes: (scope.total().at_peak_bytes, stats.peak_live_bytes),
         }
     }
 
     /// True when the loop's blocks are all under one stack of the expected shape, the
-    /// stacks add up to the process's counters and none was lost.
+    /// stacks add up to the process's counters (at its peak too) and none was lost.
     pub fn exact(&self) -> bool {
         self.loop_stack == self.expected
             && self.loop_shape == Some(self.expected_shape)
             && self.sums == self.process
+            && self.at_peak_bytes.0 == self.at_peak_bytes.1
             && self.lost_blocks == 0
     }
 }

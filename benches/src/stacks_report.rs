@@ -87,7 +87,7 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
     let _ = writeln!(
         out,
         "Stacks checks: the loop's blocks all under one stack of the expected frames, \
-         per-stack totals equal to the process's, no stack lost.\n"
+         per-stack totals equal to the process's (bytes at its peak too), no stack lost.\n"
     );
     let rows = checks
         .iter()
@@ -107,6 +107,11 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
                     thousands(c.sums.alloc_calls),
                     thousands(c.process.alloc_calls)
                 ),
+                format!(
+                    "{} / {}",
+                    thousands(c.at_peak_bytes.0),
+                    thousands(c.at_peak_bytes.1)
+                ),
                 c.lost_blocks.to_string(),
                 if c.exact() { "yes" } else { "**NO**" }.to_string(),
             ]
@@ -119,6 +124,7 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
             "loop stack blocks / expected",
             "loop stack frames",
             "all stacks' blocks / process",
+            "bytes at peak: stacks / process",
             "lost",
             "exact",
         ],
@@ -127,6 +133,7 @@ fn checks_md(checks: &[StackCheck], out: &mut String) {
             Align::Right,
             Align::Right,
             Align::Left,
+            Align::Right,
             Align::Right,
             Align::Right,
             Align::Left,
