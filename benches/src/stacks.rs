@@ -188,7 +188,9 @@ fn run_once(
     let (out, stats, stacks) = session.tracked_stacks(workload, depth)?;
     // Below `depth` frames of 70 levels the walk is always cut at the limit.
     let shape = (depth as usize, StackEnd::Truncated);
-    checks.push(StackCheck::new(workload, depth, shape, &stats, &stacks, false));
+    checks.push(StackCheck::new(
+        workload, depth, shape, &stats, &stacks, false,
+    ));
     Ok(out)
 }
 
@@ -252,7 +254,9 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
         threads_per_pair.cpu.push(out.cpu_ns() / pairs);
         // worker -> start_thread -> clone3: the whole stack, shorter than the limit.
         let shape = (3, StackEnd::Complete);
-        checks.push(StackCheck::new(&threads, depth, shape, &stats, &stacks, true));
+        checks.push(StackCheck::new(
+            &threads, depth, shape, &stats, &stacks, true,
+        ));
     }
     Ok(StacksResult {
         levels: LEVELS,

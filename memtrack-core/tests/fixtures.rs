@@ -275,10 +275,17 @@ fn attach_to_a_running_process() {
     prestart_protocol(
         |ready_w, go_r| {
             let mut cmd = std::process::Command::new(fixture("prestart_free"));
-            // SAFETY: only dup2 between fork and exec.
+            // SAFETY: only fcntl and dup2 between fork and exec.
             unsafe {
                 cmd.pre_exec(move || {
-                    if libc::dup2(ready_w, 3) < 0 || libc::dup2(go_r, 4) < 0 {
+                    // Both out of the way first: with tests running in parallel the
+                    // pipes can be fds 3 and 4 themselves, and dup2(ready_w, 3) would
+                    // then replace go_r before it is moved (the child, reading "go" from
+                    // the wrong pipe, exited at once, and attaching to it failed with
+                    // EPERM: it was a zombie).
+                    let ready = libc::fcntl(ready_w, libc::F_DUPFD, 10);
+                    let go = libc::fcntl(go_r, libc::F_DUPFD, 10);
+                    if ready < 0 || go < 0 || libc::dup2(ready, 3) < 0 || libc::dup2(go, 4) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())
