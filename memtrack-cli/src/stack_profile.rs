@@ -269,8 +269,8 @@ pub struct StackProfile {
 /// block another thread was allocating or freeing at the instant of the peak counts on
 /// one side only. Exact when no other thread allocates or frees at that instant (every
 /// single-threaded program).
-pub const AT_PEAK_RACE: &str = " (another thread allocated or freed at the instant of \
-     the peak: its block counts on one side only)";
+pub const AT_PEAK_RACE: &str = " (a block another thread was allocating or freeing at \
+     the instant of the peak counts on one side only)";
 
 impl StackProfile {
     /// "process 123" or "benchmark URI in process 123".
