@@ -13,16 +13,25 @@
 //! The thread is started once and never exits: a thread that exits leaves its stack in
 //! glibc's stack cache, and a counted routine that starts a thread would then reuse it
 //! and free a block it never saw allocated (docs/ARCHITECTURE.md, "Benchmark
-//! harnesses"). Handing a job over allocates nothing on the caller's side (a borrowed
+//! harnesses"). It is started in-process only, before the first benchmark (by the
+//! session's trial tracker): started later, it would take the stack a benchmark's joined
+//! thread left in that cache, and the benchmark's counted call would allocate a new one
+//! (its 288-byte TLS vector more than under the runner). Handing a job over allocates nothing on the caller's side (a borrowed
 //! closure through a futex-based mutex and condition variable), and when [`run`]
 //! returns the helper is back waiting, allocating nothing, so a tracker of the whole
 //! process started right after counts only the caller's work.
 
 use std::{
     any::Any,
+    cell::Cell,
     panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
     sync::{Condvar, Mutex, MutexGuard, OnceLock},
 };
+
+thread_local! {
+    /// True on the helper thread, where [`run`] runs its job in place.
+    static ON_HELPER: Cell<bool> = const { Cell::new(false) };
+}
 
 /// A job handed to the helper: a closure borrowed from the caller of [`run`], which
 /// waits until the helper is done with it.
@@ -73,6 +82,7 @@ fn helper() -> Option<&'static Helper> {
 /// going back to waiting happen under one lock, released only inside the wait, so a
 /// caller that sees `done` finds the helper waiting.
 fn serve(helper: &'static Helper) -> ! {
+    ON_HELPER.set(true);
     let mut slot = lock(&helper.slot);
     loop {
         match slot.job.take() {
@@ -91,8 +101,12 @@ fn serve(helper: &'static Helper) -> ! {
 }
 
 /// Runs `job` on the helper thread and returns what it returns (a panic in it is
-/// resumed here). Runs it on the calling thread if the helper could not be started.
+/// resumed here). Runs it in place when called on the helper thread (from a job), or if
+/// the helper could not be started.
 pub(crate) fn run<R: Send>(job: impl FnOnce() -> R + Send) -> R {
+    if ON_HELPER.get() {
+        return job();
+    }
     let Some(helper) = helper() else {
         return job();
     };
@@ -155,5 +169,12 @@ mod tests {
         let message = caught.expect_err("the panic is resumed in the caller");
         assert_eq!(message.downcast_ref::<&str>(), Some(&"job failed"));
         assert_eq!(run(|| 6 * 7), 42);
+    }
+
+    #[test]
+    fn a_job_may_hand_over_a_job_itself() {
+        let (outer, inner) = run(|| (tid(), run(tid)));
+        assert_eq!(outer, inner);
+        assert_ne!(outer, tid());
     }
 }

@@ -35,6 +35,25 @@ use memtrack::{
     stacks::{ProcessStacks, is_stacks_file_name, stacks_file_name},
 };
 
+/// Runs `job` on the session's helper thread, where the in-process tracker is made, read
+/// and closed, and returns what it returns (a panic in it is resumed here); in place when
+/// called from such a job. For an integration's own bookkeeping around a count (printing
+/// the counts, naming the result directory, dropping what the session returned): done
+/// here, it allocates and frees in the helper's heap, not in that of the thread the
+/// harness times next. The caller's side allocates nothing to hand the job over; when
+/// this returns the helper is idle again, so a whole-process tracker started after it
+/// counts nothing of the helper's.
+///
+/// Call it only when counting in-process ([`Mode::InProcess`]; the session starts the
+/// helper before the first benchmark runs then). Elsewhere it would start the thread
+/// late, and a new thread takes the stack that a thread the benchmark started and
+/// joined left in glibc's cache: the benchmark's counted call, starting its thread
+/// again, would then allocate a new stack's TLS (288 bytes more under the runner than
+/// in-process).
+pub fn on_helper_thread<R: Send>(job: impl FnOnce() -> R + Send) -> R {
+    helper::run(job)
+}
+
 /// What an integration says on stderr, once, when it runs under `memtrack run`.
 pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: memory only, timings skipped \
      (the runner's probes would slow every timed iteration); the runner counts one iteration \
@@ -214,11 +233,22 @@ impl Session {
     }
 
     /// Counts one more measurement of `uri`; returns how many there were, this one
-    /// included.
+    /// included. In-process its bookkeeping runs on the helper thread.
     pub fn note(&mut self, uri: &str) -> u32 {
-        let count = self.measured.entry(uri.to_string()).or_insert(0);
-        *count += 1;
-        *count
+        let in_process = self.mode() == Mode::InProcess;
+        let measured = &mut self.measured;
+        let mut note = || {
+            let count = measured.entry(uri.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        // Only in-process: the helper thread is started there before any benchmark,
+        // and must not be started later (see `on_helper_thread`).
+        if in_process {
+            helper::run(note)
+        } else {
+            note()
+        }
     }
 
     /// `uri` the first time it is measured in this process, then `uri#2`, `uri#3`, ...
@@ -231,14 +261,15 @@ impl Session {
 
     /// Counts one iteration of `routine` as benchmark `uri` (see [`measure`](Self::measure)),
     /// drops its output after the count, and in-process appends the result to
-    /// [`recorded`](Self::recorded) and returns its stats.
-    pub fn record<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
+    /// [`recorded`](Self::recorded) and returns its stats (there: borrowed, so that the
+    /// caller's thread has nothing of the helper's to free).
+    pub fn record<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> Option<&Stats> {
         let (output, stats) = self.measure(uri, routine);
         drop(output);
         let stats = stats?;
         let recorded = &mut self.recorded;
-        helper::run(|| recorded.push(BenchmarkStats::new(uri, stats.clone())));
-        Some(stats)
+        helper::run(|| recorded.push(BenchmarkStats::new(uri, stats)));
+        self.recorded.last().map(|bench| &bench.stats)
     }
 
     /// Whether `uri` was measured already in this process.
@@ -348,6 +379,9 @@ impl Session {
         dir: &Path,
         benchmarks: &[BenchmarkStats],
     ) -> memtrack::Result<Option<PathBuf>> {
+        if self.mode() != Mode::InProcess {
+            return Ok(None);
+        }
         helper::run(|| self.write_result_here(dir, benchmarks))
     }
 
@@ -498,13 +532,14 @@ mod tests {
         // Started beforehand: starting the helper thread allocates on this one.
         helper::run(|| ());
         let counted = memtrack::testing::count_with(memtrack::testing::test_tracker(), || {
-            let stats = session.record("routine", || {
-                drop(std::hint::black_box(vec![0u8; 100]));
-            });
+            session.note("routine");
+            let counted = session
+                .record("routine", || drop(std::hint::black_box(vec![0u8; 100])))
+                .is_some();
             let saved = session.write_result(dir.path(), &session.recorded);
-            (stats, saved)
+            (counted, saved)
         });
-        let Some(((stats, saved), here)) = counted else {
+        let Some(((counted, saved), here)) = counted else {
             return; // no privileges: said on stderr
         };
         let here = (
@@ -514,16 +549,18 @@ mod tests {
             here.bytes_freed,
         );
         assert_eq!(here, (1, 100, 1, 100), "this thread's calls");
-        let stats = stats.expect("counted in-process");
+        assert!(counted, "counted in-process");
+        let stats = &session.recorded[0].stats;
         let session_counts = (stats.alloc_calls, stats.bytes_allocated, stats.free_calls);
         assert_eq!(
             session_counts,
             (1, 100, 1),
             "the session's count of the routine"
         );
+        assert_eq!(session.recorded.len(), 1);
+        assert!(session.was_measured("routine"));
         let saved = saved.expect("saved").expect("a result file");
         assert!(saved.starts_with(dir.path()), "{saved:?}");
-        assert_eq!(session.recorded.len(), 1);
     }
 
     #[test]
