@@ -90,7 +90,7 @@ fn serve(helper: &'static Helper) -> ! {
                 drop(slot);
                 // The job catches its own panics (see `run`); this is the helper's
                 // last guard, so that it keeps serving.
-                let _ = catch_unwind(AssertUnwindSafe(|| job()));
+                let _ = catch_unwind(AssertUnwindSafe(job));
                 slot = lock(&helper.slot);
                 slot.done = true;
                 helper.changed.notify_all();
