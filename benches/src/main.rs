@@ -22,6 +22,8 @@ mod report;
 mod samples;
 mod session;
 mod settings;
+mod stacks;
+mod stacks_report;
 mod threads;
 mod workload;
 
@@ -48,6 +50,8 @@ enum Section {
     Functions,
     /// 3. Threads.
     Threads,
+    /// 6. In-kernel call stacks: depths 8, 32, 64 against stacks off.
+    Stacks,
 }
 
 /// memtrack's own benchmarks. Prints the results as Markdown on stdout, progress on
@@ -180,6 +184,12 @@ fn run(cli: &Cli) -> BenchResult<Report> {
     } else {
         None
     };
+    let stacks = if cli.wants(Section::Stacks) {
+        eprintln!("6. in-kernel call stacks");
+        Some(stacks::run(&mut session)?)
+    } else {
+        None
+    };
     let mut command = String::from("cargo run --release -p memtrack-benches --");
     for arg in std::env::args().skip(1) {
         command.push(' ');
@@ -194,6 +204,7 @@ fn run(cli: &Cli) -> BenchResult<Report> {
         lifecycle,
         spawn_latency: lifecycle::spawned(&session),
         isolation,
+        stacks,
         checks: session.checks,
         probe_sites: session.probe_sites,
     })

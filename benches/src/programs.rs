@@ -20,6 +20,8 @@ const ALLOC_LOOPS_C: &str = include_str!("../programs/alloc_loops.c");
 const NEW_DELETE_CC: &str = include_str!("../programs/new_delete.cc");
 /// N threads of malloc/free pairs.
 const THREADS_C: &str = include_str!("../programs/threads.c");
+/// Loops at the bottom of a deep recursion (benchmark 6, stacks).
+const DEEP_LOOPS_C: &str = include_str!("../programs/deep_loops.c");
 
 /// The compiled workloads; dropping it removes the temporary directory.
 pub struct Programs {
@@ -30,6 +32,8 @@ pub struct Programs {
     pub new_delete: PathBuf,
     /// `threads THREADS OPS_PER_THREAD`.
     pub threads: PathBuf,
+    /// `deep_loops MODE LEVELS OPS`.
+    pub deep_loops: PathBuf,
 }
 
 impl Programs {
@@ -42,12 +46,14 @@ impl Programs {
             alloc_loops: dir.join("alloc_loops"),
             new_delete: dir.join("new_delete"),
             threads: dir.join("threads"),
+            deep_loops: dir.join("deep_loops"),
             dir,
         };
         programs.write("timing.h", TIMING_H)?;
         programs.compile("gcc", "alloc_loops.c", ALLOC_LOOPS_C, &[])?;
         programs.compile("g++", "new_delete.cc", NEW_DELETE_CC, &[])?;
         programs.compile("gcc", "threads.c", THREADS_C, &["-pthread"])?;
+        programs.compile("gcc", "deep_loops.c", DEEP_LOOPS_C, &[])?;
         Ok(programs)
     }
 

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use memtrack::{ProbeInfo, ProbePlacement};
 use num_format::{Locale, ToFormattedString};
-use serde_json::Value as Json;
+pub(crate) use serde_json::Value as Json;
 use tabled::{
     builder::Builder,
     grid::config::Offset,
@@ -22,6 +22,7 @@ use crate::{
     samples::Samples,
     session::CountCheck,
     settings::Settings,
+    stacks::StacksResult,
     threads::ThreadsResult,
 };
 
@@ -68,6 +69,8 @@ pub struct Report {
     pub spawn_latency: Vec<LatencyRow>,
     /// Benchmark 5.
     pub isolation: Option<IsolationResult>,
+    /// Benchmark 6.
+    pub stacks: Option<StacksResult>,
     /// Every tracked run's count check.
     pub checks: Vec<CountCheck>,
     /// The probe sites of the functions the workloads called, per placement.
@@ -75,7 +78,7 @@ pub struct Report {
 }
 
 /// ns with a precision that suits its size: "9.3", "1,234".
-fn fmt_ns(ns: f64) -> String {
+pub(crate) fn fmt_ns(ns: f64) -> String {
     if !ns.is_finite() {
         return "-".into();
     }
@@ -86,13 +89,13 @@ fn fmt_ns(ns: f64) -> String {
 }
 
 /// `n` with thousands separators: "1,000,000".
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     n.to_formatted_string(&Locale::en)
 }
 
 /// How a Markdown table column is aligned when rendered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Align {
+pub(crate) enum Align {
     /// Text: `|---|`.
     Left,
     /// Numbers: `|--:|`.
@@ -103,7 +106,7 @@ use Align::{Left, Right};
 /// A Markdown pipe table: the header, the alignment row (`---` or `--:` per column of
 /// `align`), then `rows`; cells are padded to their column's width (numbers to the
 /// right) so the source reads as a table too. Ends with an empty line.
-fn markdown_table(header: &[&str], align: &[Align], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn markdown_table(header: &[&str], align: &[Align], rows: Vec<Vec<String>>) -> String {
     assert_eq!(header.len(), align.len(), "one alignment per column");
     let mut builder = Builder::default();
     builder.push_record(header.iter().copied());
@@ -147,7 +150,7 @@ fn fmt_duration(ns: f64) -> String {
 }
 
 /// A ratio with two or three significant digits: "1.02x", "13.4x", "142x".
-fn fmt_ratio(r: f64) -> String {
+pub(crate) fn fmt_ratio(r: f64) -> String {
     match r {
         x if !x.is_finite() => "-".into(),
         x if x >= 100.0 => format!("{x:.0}x"),
@@ -214,17 +217,17 @@ fn unrelated_table(
 }
 
 /// A JSON object.
-fn obj<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
+pub(crate) fn obj<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
     Json::Object(fields.into_iter().map(|(k, v)| (k.into(), v)).collect())
 }
 
 /// A JSON string.
-fn text(s: impl AsRef<str>) -> Json {
+pub(crate) fn text(s: impl AsRef<str>) -> Json {
     Json::from(s.as_ref())
 }
 
 /// Median, min, max, count and every value of `s`.
-fn samples_json(s: &Samples) -> Json {
+pub(crate) fn samples_json(s: &Samples) -> Json {
     obj([
         ("median", Json::from(s.median())),
         ("min", Json::from(s.min())),
@@ -256,6 +259,7 @@ impl Report {
     /// True when every tracked run counted exactly and lost nothing.
     pub fn all_exact(&self) -> bool {
         self.checks.iter().all(CountCheck::exact)
+            && self.stacks.as_ref().is_none_or(StacksResult::all_exact)
     }
 
     /// The report as Markdown.
@@ -287,6 +291,9 @@ impl Report {
         self.operations_md(&mut out);
         self.counting_off_md(&mut out);
         self.threads_md(&mut out);
+        if let Some(stacks) = &self.stacks {
+            crate::stacks_report::markdown(stacks, &mut out);
+        }
         self.checks_md(&mut out);
         self.probe_sites_md(&mut out);
         self.lifecycle_md(&mut out);
@@ -806,6 +813,12 @@ impl Report {
             ("lifecycle", latency(&self.lifecycle)),
             ("spawn_latency", latency(&self.spawn_latency)),
             ("isolation", isolation),
+            (
+                "stacks",
+                self.stacks
+                    .as_ref()
+                    .map_or(Json::Null, crate::stacks_report::json),
+            ),
             ("count_checks", Json::Array(checks)),
             (
                 "probe_sites",

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use memtrack::{ProbeInfo, ProbePlacement};
+use memtrack::{ProbeInfo, ProbePlacement, Stats, stacks::ProcessStacks};
 
 use crate::{
     BenchResult,
@@ -92,6 +92,7 @@ impl Session {
         args: &[String],
         placement: ProbePlacement,
         counting: bool,
+        stacks: Option<u32>,
     ) -> BenchResult<workload::TrackedRun> {
         let run = workload::run_tracked(
             &workload.program,
@@ -100,6 +101,7 @@ impl Session {
             &self.programs.stdout_file(),
             self.settings.close_spawned,
             counting,
+            stacks,
         )?;
         self.spawn_phases.push(run.phases);
         Ok(run)
@@ -119,6 +121,7 @@ impl Session {
             &workload.baseline_args,
             ProbePlacement::Cheapest,
             true,
+            None,
         )?;
         if run.stats.lost_events != 0 || run.unattributed_lost_events != 0 {
             return Err(format!("the baseline run of {} lost events", workload.name).into());
@@ -132,7 +135,13 @@ impl Session {
     /// attached, programs returning at once), checks that it counted nothing, and
     /// returns the program's output.
     pub fn tracked_counting_off(&mut self, workload: &Workload) -> BenchResult<Output> {
-        let run = self.run(workload, &workload.args, ProbePlacement::Cheapest, false)?;
+        let run = self.run(
+            workload,
+            &workload.args,
+            ProbePlacement::Cheapest,
+            false,
+            None,
+        )?;
         let s = &run.stats;
         if s.alloc_calls + s.free_calls + s.failed_allocs + s.unmatched_frees + s.lost_events != 0 {
             return Err(format!("{} counted while counting was off: {s:?}", workload.name).into());
@@ -147,8 +156,32 @@ impl Session {
         workload: &Workload,
         placement: ProbePlacement,
     ) -> BenchResult<Output> {
+        Ok(self.tracked_run(workload, placement, None)?.output)
+    }
+
+    /// [`Session::tracked`] (Cheapest) with stacks on, up to `depth` frames: also
+    /// returns the command's counters and per-stack counters.
+    pub fn tracked_stacks(
+        &mut self,
+        workload: &Workload,
+        depth: u32,
+    ) -> BenchResult<(Output, Stats, ProcessStacks)> {
+        let run = self.tracked_run(workload, ProbePlacement::Cheapest, Some(depth))?;
+        let stacks = run
+            .stacks
+            .ok_or_else(|| format!("{}: the tracker kept no stacks", workload.name))?;
+        Ok((run.output, run.stats, stacks))
+    }
+
+    /// A tracked run of the workload, with its count check recorded.
+    fn tracked_run(
+        &mut self,
+        workload: &Workload,
+        placement: ProbePlacement,
+        stacks: Option<u32>,
+    ) -> BenchResult<workload::TrackedRun> {
         let baseline = self.baseline(workload)?;
-        let run = self.run(workload, &workload.args, placement, true)?;
+        let run = self.run(workload, &workload.args, placement, true, stacks)?;
         for probe in &run.probes {
             let called = run
                 .stats
@@ -173,6 +206,6 @@ impl Session {
             unattributed_lost_events: run.unattributed_lost_events,
             processes: run.processes,
         });
-        Ok(run.output)
+        Ok(run)
     }
 }

@@ -28,6 +28,10 @@ pub struct Settings {
     pub function_entry_runs: usize,
     /// In-process trackers made and dropped for the latency benchmark.
     pub lifecycle_iterations: usize,
+    /// Operations per run of each deep loop of benchmark 6 (stacks).
+    pub stack_ops: u64,
+    /// Runs of benchmark 6's threaded workload in each setup (stacks off, on).
+    pub stack_thread_runs: usize,
     /// Runs of the unrelated loop, natively and beside a counting tracker.
     pub isolation_runs: usize,
     /// End spawned trackers with `ProcessTracker::close()` (waits ~70 ms for the kernel to
@@ -49,6 +53,8 @@ impl Settings {
             tracked_runs: 3,
             function_entry_runs: 3,
             lifecycle_iterations: 20,
+            stack_ops: 200_000,
+            stack_thread_runs: 1,
             isolation_runs: 7,
             close_spawned: true,
         }
@@ -69,6 +75,8 @@ impl Settings {
             tracked_runs: 1,
             function_entry_runs: 1,
             lifecycle_iterations: 1,
+            stack_ops: 5_000,
+            stack_thread_runs: 1,
             isolation_runs: 3,
             close_spawned: true,
         }

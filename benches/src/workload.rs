@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtrack::{CommandSpec, ProbeInfo, ProbePlacement, Stats, Tracker};
+use memtrack::{CommandSpec, ProbeInfo, ProbePlacement, Stats, Tracker, stacks::ProcessStacks};
 
 use crate::BenchResult;
 
@@ -171,6 +171,8 @@ pub struct TrackedRun {
     pub unattributed_lost_events: u64,
     /// Tracker latencies around the run.
     pub phases: SpawnPhases,
+    /// The command's per-stack counters, when the run had stacks on.
+    pub stacks: Option<ProcessStacks>,
 }
 
 /// From the monotonic time `start_ns` to `end_ns` (a program's printed clock).
@@ -181,7 +183,8 @@ fn since(start_ns: u64, end_ns: f64) -> Duration {
 /// Runs `program args` under a tracker with `placement`, counting from its first
 /// instruction (or, without `counting`, with the probes attached but counting off
 /// throughout); its stdout goes to the file `stdout_path` (overwritten). With `close`
-/// the tracker ends with `ProcessTracker::close()`, else with a plain drop.
+/// the tracker ends with `ProcessTracker::close()`, else with a plain drop. With
+/// `stacks`, the tracker walks every allocation's stack up to that many frames.
 pub fn run_tracked(
     program: &Path,
     args: &[String],
@@ -189,14 +192,19 @@ pub fn run_tracked(
     stdout_path: &Path,
     close: bool,
     counting: bool,
+    stacks: Option<u32>,
 ) -> BenchResult<TrackedRun> {
     let stdout = std::fs::File::create(stdout_path)
         .map_err(|e| format!("cannot create {}: {e}", stdout_path.display()))?;
     let before_spawn_ns = memtrack::monotonic_ns();
     let before_spawn = Instant::now();
-    let tracker = Tracker::builder()
+    let mut builder = Tracker::builder()
         .probe_placement(placement)
-        .start_enabled(counting)
+        .start_enabled(counting);
+    if let Some(depth) = stacks {
+        builder = builder.stacks(depth);
+    }
+    let tracker = builder
         .spawn(
             CommandSpec::new(program)
                 .args(args)
@@ -209,6 +217,7 @@ pub fn run_tracked(
     let waited_ns = memtrack::monotonic_ns();
     let processes = tracker.collect_processes()?;
     let unattributed_lost_events = tracker.unattributed_lost_events();
+    let process_stacks = processes.first().and_then(|root| tracker.stacks(root.pid));
     let before_end = Instant::now();
     if close {
         tracker.close();
@@ -239,6 +248,7 @@ pub fn run_tracked(
         unattributed_lost_events,
         output,
         phases,
+        stacks: process_stacks,
     })
 }
 

@@ -97,8 +97,7 @@ pub fn read_stacks(path: &Path) -> Result<ProcessStacks> {
         reason,
     };
     let bytes = read_bounded(path, MAX_STACKS_FILE_BYTES).map_err(invalid)?;
-    let stacks: ProcessStacks = rmp_serde::from_slice(&bytes)
-        .map_err(|e| invalid(format!("truncated or corrupt MessagePack: {e}")))?;
+    let stacks = ProcessStacks::from_bytes(&bytes).map_err(|e| invalid(e.to_string()))?;
     stacks.validate().map_err(|e| invalid(e.to_string()))?;
     Ok(stacks)
 }
@@ -265,6 +264,14 @@ pub struct StackProfile {
     pub regions: Vec<String>,
 }
 
+/// Why the stacks' bytes at peak can differ from the process's peak (said with the
+/// difference): a block's stack and its process are charged one after the other, so a
+/// block another thread was allocating or freeing at the instant of the peak counts on
+/// one side only. Exact when no other thread allocates or frees at that instant (every
+/// single-threaded program).
+pub const AT_PEAK_RACE: &str = " (another thread allocated or freed at the instant of \
+     the peak: its block counts on one side only)";
+
 impl StackProfile {
     /// "process 123" or "benchmark URI in process 123".
     pub fn title(&self) -> String {
@@ -293,7 +300,12 @@ impl StackProfile {
         .into_iter()
         .filter(|(_, stacks, counters)| stacks != counters)
         .map(|(what, stacks, counters)| {
-            format!("{what}: {stacks} in the stacks, {counters} in the counters")
+            let why = if what == "bytes at peak" {
+                AT_PEAK_RACE
+            } else {
+                ""
+            };
+            format!("{what}: {stacks} in the stacks, {counters} in the counters{why}")
         })
         .collect()
     }

@@ -132,7 +132,8 @@ pub mod map_names {
     pub const TRACKED: &str = "TRACKED";
     /// tgid -> [`PidStats`](super::PidStats).
     pub const STATS: &str = "STATS";
-    /// [`LiveKey`](super::LiveKey) -> requested size in bytes of a live block.
+    /// [`LiveKey`](super::LiveKey) -> [`LiveBlock`](super::LiveBlock): a live block's
+    /// requested size and stack id.
     pub const LIVE: &str = "LIVE";
     /// pid_tgid -> [`Pending`](super::Pending).
     pub const PENDING: &str = "PENDING";
@@ -149,10 +150,13 @@ pub mod map_names {
     /// [`stack_counts_key`](super::stacks::stack_counts_key) ->
     /// [`KernelStackCounts`](super::stacks::KernelStackCounts).
     pub const STACK_COUNTS: &str = "STACK_COUNTS";
-    /// [`LiveKey`](super::LiveKey) -> stack id of a live block (stacks on only).
-    pub const LIVE_STACK: &str = "LIVE_STACK";
     /// Per-CPU scratch [`StackKey`](super::stacks::StackKey) of the unwinder.
     pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
+    /// Per-CPU [`LastStack`](super::stacks::LastStack): the stack the scratch holds.
+    pub const LAST_STACK: &str = "LAST_STACK";
+    /// Per-CPU [`StackWindow`](super::stacks::StackWindow): part of the stack being
+    /// unwound, copied by one helper call.
+    pub const STACK_WINDOW: &str = "STACK_WINDOW";
     /// Per-CPU [`WalkState`](super::stacks::WalkState): the walk handed from one program
     /// of the unwinding chain to the next.
     pub const UNWIND_STATE: &str = "UNWIND_STATE";
@@ -296,7 +300,8 @@ pub struct PidStats {
     pub live_bytes: u64,
     /// Highest `live_bytes` seen.
     pub peak_live_bytes: u64,
-    /// `bpf_ktime_get_ns()` when `peak_live_bytes` was last raised (0: never).
+    /// `bpf_ktime_get_ns()` when `live_bytes` last reached `peak_live_bytes` (the latest
+    /// of equal peaks, as valgrind DHAT's t-gmax; 0: never).
     pub peak_time_ns: u64,
     /// Allocation calls that failed.
     pub failed_allocs: u64,
@@ -325,8 +330,8 @@ pub struct PidStats {
     pub funcs: [FuncCounters; NUM_FUNCS],
     /// Log2 histogram of the requested sizes of the blocks handed out.
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
-    /// Times `peak_live_bytes` was raised (the peak epoch of the per-stack at-peak
-    /// counters, `stacks::KernelStackCounts`).
+    /// Times `live_bytes` reached `peak_live_bytes` (the peak epoch of the per-stack
+    /// at-peak counters, `stacks::KernelStackCounts`).
     pub peak_epoch: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
     pub _reserved: [u64; 2],
@@ -385,6 +390,21 @@ pub struct LiveKey {
     pub addr: u64,
 }
 
+/// Value of the `LIVE` map: one live block. The stack id lives beside the size, so a
+/// release finds both in the one lookup it makes anyway (a second map keyed by the block
+/// cost every free a second lookup and delete with stacks on).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LiveBlock {
+    /// Requested size in bytes.
+    pub size: u64,
+    /// The stack id of the allocation (`stacks::NO_STACK` with stacks off,
+    /// `stacks::LOST_STACK` when its stack was lost).
+    pub stack: u32,
+    /// Always zero (explicit padding, so every value byte is initialised).
+    pub _pad: u32,
+}
+
 /// Value of the `PENDING` map (key: `pid_tgid` of the calling thread): the arguments of
 /// an allocator call between its entry and its return probe.
 ///
@@ -414,6 +434,11 @@ pub struct Pending {
     /// [`pending_flags::OLD_KNOWN`]); the old block is taken out of the live map at entry
     /// so that another thread reusing its address cannot be confused with it.
     pub old_size: u64,
+    /// realloc/reallocarray: the old block's stack id, with `old_size` (its release is
+    /// charged to that stack, or it is put back under it if the call fails).
+    pub old_stack: u32,
+    /// Always zero (explicit padding).
+    pub _pad: u32,
     /// Bit set of [`pending_flags`].
     pub flags: u64,
     /// The outermost call's stack pointer at function entry. A later probed call on the
@@ -463,6 +488,7 @@ mod pod {
     unsafe impl aya::Pod for super::TrackState {}
     unsafe impl aya::Pod for super::PidStats {}
     unsafe impl aya::Pod for super::LiveKey {}
+    unsafe impl aya::Pod for super::LiveBlock {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::FuncCounters {}
     unsafe impl aya::Pod for super::unwind::UnwindRow {}

@@ -70,6 +70,53 @@ pub struct WalkState {
     /// 1: `ip` is a return address (its call site is at `ip - 1`); 0: an instruction
     /// that was interrupted or probed.
     pub is_return_address: u32,
+    /// The user address `STACK_WINDOW` holds a copy of [`WINDOW_BYTES`] from, read in
+    /// this walk (0: none yet). Stack reads inside it need no helper call.
+    pub window: u64,
+    /// Non-zero when a frame stored in this walk differs from the one the scratch held
+    /// in its slot before (end bits left out): see [`LastStack`].
+    pub diff: u64,
+    /// The [`LastStack`] of this CPU when the walk began.
+    pub prev: LastStack,
+}
+
+/// Value of the per-CPU `LAST_STACK` map: the stack the scratch (`STACK_SCRATCH`) holds
+/// as a complete key, left there by the last walk on this CPU that ended. A walk
+/// overwrites the scratch in place, noting whether any frame changed
+/// ([`WalkState::diff`]); when none did and the length and end are the same, the stack
+/// is the same one and its id is reused without hashing the 512-byte key again.
+/// Exact: the ids compare whole keys, only the lookup is skipped. A walk invalidates it
+/// (`id` = [`NO_STACK`]) when it begins, so a walk cut short leaves no stale id behind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastStack {
+    /// The scratch's stack id; [`NO_STACK`] when the scratch holds no complete key.
+    pub id: u32,
+    /// Its frames (at least 1).
+    pub len: u32,
+    /// How its walk ended (`frame::end`).
+    pub end: u64,
+}
+
+/// Bytes of the thread's stack one helper call copies into the per-CPU `STACK_WINDOW`
+/// ([`StackWindow`]): the walk reads its return addresses and saved registers from that
+/// copy while they lie inside it (a frame of a few words takes one helper call per
+/// [`WINDOW_BYTES`] instead of one or two per frame), and reads one word at a time
+/// where the copy fails (its end is not mapped).
+pub const WINDOW_BYTES: u64 = 512;
+
+/// Words of a [`StackWindow`].
+pub const WINDOW_WORDS: usize = (WINDOW_BYTES / 8) as usize;
+
+const _: () = assert!(WINDOW_WORDS.is_power_of_two());
+
+/// Value of the per-CPU `STACK_WINDOW` map: a copy of [`WINDOW_BYTES`] of the thread's
+/// stack from [`WalkState::window`] on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackWindow {
+    /// The stack's words, the first at [`WalkState::window`].
+    pub words: [u64; WINDOW_WORDS],
 }
 
 /// Most executable mappings of one process the unwinder knows (more are left out and

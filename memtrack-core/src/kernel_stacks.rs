@@ -10,7 +10,7 @@ use std::{
 
 use aya::maps::{Array, HashMap, MapData};
 use memtrack_common::{
-    LiveKey, PidStats,
+    PidStats,
     stacks::{
         KernelStackCounts, LOST_STACK, MAX_MAPPINGS, MappingEntry, ProcessMappings, StackKey, frame,
     },
@@ -56,7 +56,6 @@ pub(crate) struct KernelStacks {
     mappings: HashMap<MapData, u32, ProcessMappings>,
     ids: HashMap<MapData, StackKey, u32>,
     counts: HashMap<MapData, u64, KernelStackCounts>,
-    live_stack: HashMap<MapData, LiveKey, u32>,
     /// Stacks of processes that ended (read before their counters left the kernel).
     finished: BTreeMap<u32, ProcessStacks>,
 }
@@ -76,7 +75,6 @@ impl KernelStacks {
             mappings: take_map(ebpf, n::MAPPINGS)?,
             ids: take_map(ebpf, n::STACK_IDS)?,
             counts: take_map(ebpf, n::STACK_COUNTS)?,
-            live_stack: take_map(ebpf, n::LIVE_STACK)?,
             finished: BTreeMap::new(),
         })
     }
@@ -223,15 +221,6 @@ impl KernelStacks {
             .collect();
         for k in keys {
             let _ = self.counts.remove(&k);
-        }
-        let live: Vec<LiveKey> = self
-            .live_stack
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| k.tgid == pid)
-            .collect();
-        for k in live {
-            let _ = self.live_stack.remove(&k);
         }
     }
 

@@ -18,7 +18,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use memtrack_common::{LiveKey, PidStats, TrackState, global, map_names, program_names};
+use memtrack_common::{LiveBlock, LiveKey, PidStats, TrackState, global, map_names, program_names};
 use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
@@ -37,17 +37,17 @@ static EBPF_OBJECT: &[u8] =
 /// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`](crate::TrackerBuilder::max_live_blocks)): 134,217,728
 /// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
 /// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
-/// Measured on Linux 6.18 here: 2^27 blocks take about 11 GiB of kernel memory and 18 s
-/// to reserve ([`live_map_bytes`]); a machine without that much memory refuses
+/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 16): 2^27 blocks
+/// took about 11 GiB of kernel memory and 18 s to reserve ([`live_map_bytes`]); a machine without that much memory refuses
 /// ([`Error::LiveMap`](crate::Error::LiveMap)).
 pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
 
 /// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
-/// tracker loads: 72 bytes per preallocated entry (the kernel's element header, the
-/// 16-byte key, the 8-byte size) and 16 per hash bucket, of which there are `blocks`
-/// rounded up to a power of two. Measured here: 16,777,216 blocks, 1.49 GB.
+/// tracker loads: 80 bytes per preallocated entry (the kernel's 48-byte element header,
+/// the 16-byte key, the 16-byte value: size and stack id) and 16 per hash bucket, of
+/// which there are `blocks` rounded up to a power of two.
 pub fn live_map_bytes(blocks: u32) -> u64 {
-    u64::from(blocks) * 72 + u64::from(blocks).next_power_of_two() * 16
+    u64::from(blocks) * 80 + u64::from(blocks).next_power_of_two() * 16
 }
 
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
@@ -149,7 +149,7 @@ pub(crate) struct Engine {
     ebpf: Ebpf,
     tracked: HashMap<MapData, u32, TrackState>,
     stats: HashMap<MapData, u32, PidStats>,
-    live: HashMap<MapData, LiveKey, u64>,
+    live: HashMap<MapData, LiveKey, LiveBlock>,
     global: Array<MapData, u64>,
     /// Thread id -> the signal the loader hook stopped it with.
     ld_hook_stops: HashMap<MapData, u32, u32>,
@@ -216,8 +216,7 @@ impl Engine {
                 .map_max_entries(
                     map_names::STACK_COUNTS,
                     crate::kernel_stacks::MAX_STACK_COUNTS,
-                )
-                .map_max_entries(map_names::LIVE_STACK, max_live_blocks);
+                );
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| match e {
             aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
@@ -494,15 +493,35 @@ impl Engine {
                 stacks.finish(pid, stats.as_ref());
             }
         }
+        let may_have_blocks = self.may_have_live_blocks(pid);
         let _ = self.tracked.remove(&pid);
         let _ = self.stats.remove(&pid);
         let _ = self.ld_hook_misses.remove(&pid);
-        self.purge_live(pid);
+        if may_have_blocks {
+            self.purge_live(pid);
+        }
+    }
+
+    /// Whether `LIVE` may hold blocks of `pid`, so that forgetting them needs a walk of
+    /// the whole map (a million buckets by default, 5-11 ms here even when empty; a
+    /// short process is forgotten at its start and at its end). No when its counters
+    /// say no block is live and nothing was lost, and no call can add one meanwhile (its
+    /// counting is off, or it is gone). A block is in `LIVE` only while it is counted
+    /// in `live_blocks`.
+    fn may_have_live_blocks(&self, pid: u32) -> bool {
+        let counting = self.tracked.get(&pid, 0).is_ok_and(|s| s.enabled != 0);
+        let stats = match self.stats.get(&pid, 0) {
+            Ok(stats) => stats,
+            Err(aya::maps::MapError::KeyNotFound) => return counting,
+            Err(_) => return true,
+        };
+        counting || stats.live_blocks != 0 || stats.lost_events != 0
     }
 
     /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count
     /// as unmatched, like blocks allocated before tracking).
     pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
+        let may_have_blocks = self.may_have_live_blocks(pid);
         self.stats
             .insert(pid, PidStats::ZERO, 0)
             .map_err(map_err(map_names::STATS))?;
@@ -511,7 +530,9 @@ impl Engine {
                 .insert(pid, 0, 0)
                 .map_err(map_err(map_names::LD_HOOK_MISSES))?;
         }
-        self.purge_live(pid);
+        if may_have_blocks {
+            self.purge_live(pid);
+        }
         if let Some(stacks) = &mut self.stacks {
             stacks.reset(pid);
         }
@@ -799,7 +820,9 @@ mod tests {
     use std::mem::size_of;
 
     use aya_obj::{ProgramSection, generated::bpf_map_type};
-    use memtrack_common::{LiveKey, Pending, PidStats, TrackState, map_names, program_names};
+    use memtrack_common::{
+        LiveBlock, LiveKey, Pending, PidStats, TrackState, map_names, program_names,
+    };
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
     use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UNWIND_PROGRAM, UPROBE_PROGRAMS};
@@ -838,7 +861,7 @@ mod tests {
         assert_eq!(source.raw_os_error(), Some(libc::E2BIG), "{err}");
         assert!(
             err.to_string().starts_with(
-                "creating the kernel map for 134217729 live blocks (about 13312 MiB of kernel \
+                "creating the kernel map for 134217729 live blocks (about 14336 MiB of kernel \
                  memory, reserved when memtrack starts) failed: "
             ),
             "{err}"
@@ -943,7 +966,7 @@ mod tests {
                 map_names::LIVE,
                 hash,
                 size_of::<LiveKey>(),
-                size_of::<u64>(),
+                size_of::<LiveBlock>(),
             ),
             (
                 map_names::PENDING,

@@ -251,9 +251,31 @@ impl ScopeStacks {
     }
 }
 
-/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`
-/// (until the result record carries the stacks).
+/// Suffix of the stacks files beside the result files: `{pid}.MemtrackStacks.msgpack`.
+/// A file of its own, not a field of the result: result files are read by every report
+/// and bounded at [`MAX_RESULT_FILE_BYTES`](crate::MAX_RESULT_FILE_BYTES), while a
+/// process's stacks can be far larger and are read only by `memtrack report --stacks`.
 pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
+
+/// The stacks file format version this build writes, and the newest it reads (a
+/// `schema_version` field beside [`ProcessStacks`]' own; files without it are version
+/// 1). Fields added later carry `#[serde(default)]`, so older files stay readable.
+pub const STACKS_SCHEMA_VERSION: u32 = 1;
+
+/// A stacks file as written: its version, then the stacks' fields.
+#[derive(Serialize)]
+struct StacksFileOut<'a> {
+    schema_version: u32,
+    #[serde(flatten)]
+    stacks: &'a ProcessStacks,
+}
+
+/// The version of a stacks file, read before the rest.
+#[derive(Deserialize)]
+struct StacksFileVersion {
+    #[serde(default)]
+    schema_version: Option<u32>,
+}
 
 /// The most frames the kernel unwinds per stack (the largest depth
 /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks) takes): 64, all a kernel
@@ -304,9 +326,32 @@ impl fmt::Display for InvalidStacks {
 impl std::error::Error for InvalidStacks {}
 
 impl ProcessStacks {
-    /// The stacks as a stacks file holds them: one MessagePack map with named fields.
+    /// The stacks as a stacks file holds them: one MessagePack map with named fields,
+    /// `schema_version` ([`STACKS_SCHEMA_VERSION`]) among them.
     pub fn to_bytes(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("stacks always serialise")
+        let file = StacksFileOut {
+            schema_version: STACKS_SCHEMA_VERSION,
+            stacks: self,
+        };
+        rmp_serde::to_vec_named(&file).expect("stacks always serialise")
+    }
+
+    /// The stacks of a stacks file's bytes (references not checked: see
+    /// [`validate`](Self::validate)), or why they are not: corrupt or truncated
+    /// MessagePack, or a version newer than this build reads.
+    pub fn from_bytes(bytes: &[u8]) -> Result<ProcessStacks, InvalidStacks> {
+        let corrupt = |e: rmp_serde::decode::Error| {
+            InvalidStacks(format!("truncated or corrupt MessagePack: {e}"))
+        };
+        let version: StacksFileVersion = rmp_serde::from_slice(bytes).map_err(corrupt)?;
+        let version = version.schema_version.unwrap_or(1);
+        if version > STACKS_SCHEMA_VERSION {
+            return Err(InvalidStacks(format!(
+                "stacks file version {version}, newer than this memtrack reads \
+                 ({STACKS_SCHEMA_VERSION}): written by a later memtrack"
+            )));
+        }
+        rmp_serde::from_slice(bytes).map_err(corrupt)
     }
 
     /// How the stacks of the whole process ended, in blocks allocated: those cut at the
@@ -464,6 +509,35 @@ mod tests {
             },
             regions: vec![],
         }
+    }
+
+    #[test]
+    fn stacks_files_carry_their_version_and_newer_ones_are_refused() {
+        let stacks = sample();
+        let bytes = stacks.to_bytes();
+        assert_eq!(ProcessStacks::from_bytes(&bytes).unwrap(), stacks);
+        let version: StacksFileVersion = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(version.schema_version, Some(STACKS_SCHEMA_VERSION));
+        // A file without the field (written before it existed) is version 1.
+        let unversioned = rmp_serde::to_vec_named(&stacks).unwrap();
+        assert_eq!(ProcessStacks::from_bytes(&unversioned).unwrap(), stacks);
+        // A later memtrack's file is refused by version, not misread.
+        let later = rmp_serde::to_vec_named(&StacksFileOut {
+            schema_version: STACKS_SCHEMA_VERSION + 1,
+            stacks: &stacks,
+        })
+        .unwrap();
+        let err = ProcessStacks::from_bytes(&later).unwrap_err().to_string();
+        assert!(
+            err.contains("stacks file version 2, newer than this memtrack reads (1)"),
+            "{err}"
+        );
+        let err = ProcessStacks::from_bytes(&bytes[..bytes.len() / 2]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("truncated or corrupt MessagePack"),
+            "{err}"
+        );
     }
 
     #[test]

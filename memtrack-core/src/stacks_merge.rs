@@ -21,7 +21,7 @@ impl ProcessStacks {
     /// The process scope then combines the regions as `Stats::merge` combines their
     /// counters: allocations, frees and blocks live at the end add up; the at-peak
     /// counters (and [`ScopeStacks::peak_ns`]) are those of the region with the highest
-    /// peak, the first of equal ones; each stack's `max_live_*` is its highest in any
+    /// peak, the latest of equal ones (as valgrind DHAT's t-gmax); each stack's `max_live_*` is its highest in any
     /// region (regions do not overlap in time, and a region's blocks are forgotten at
     /// its end). Its `start_ns` and `end_ns` are left for the caller to set.
     pub fn add_scope(&mut self, region: Option<&str>, other: &ProcessStacks) {
@@ -96,12 +96,15 @@ impl ProcessStacks {
 
 /// Adds `other` (a scope whose stack ids are already this table's) to `total`.
 fn merge_scope(total: &mut ScopeStacks, other: &ScopeStacks) {
-    // The at-peak counters follow the higher peak, as `Stats::merge` does.
+    // The at-peak counters follow the higher peak, or the later of equal ones, as
+    // `Stats::merge` does.
     let peak_bytes = |s: &ScopeStacks| s.total().at_peak_bytes;
     let other_peak = peak_bytes(other);
     // The first scope added sets the peak even when nothing was live in it.
     let first = total.entries.is_empty() && total.lost.is_zero() && total.peak_ns.is_none();
-    let replace_peak = first || other_peak > peak_bytes(total);
+    let total_peak = peak_bytes(total);
+    let replace_peak =
+        first || other_peak > total_peak || (other_peak == total_peak && other.peak_ns.is_some());
     if replace_peak {
         total.peak_ns = other.peak_ns;
         for entry in &mut total.entries {
@@ -277,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn a_higher_later_peak_replaces_the_at_peak_counters_and_an_equal_one_does_not() {
+    fn a_later_peak_replaces_the_at_peak_counters_when_it_is_as_high_or_higher() {
         let mut all = ProcessStacks::default();
         all.add_scope(
             Some("a"),
@@ -286,13 +289,13 @@ mod tests {
         let mut equal = region(&["/exe"], &[(0, 0x20)], vec![counts(2, 200, 0, 2, 2)]);
         equal.process.peak_ns = Some(9);
         all.add_scope(Some("b"), &equal);
-        assert_eq!(
-            all.process.peak_ns,
-            Some(7),
-            "the first of equal peaks stays"
-        );
-        assert_eq!(all.process.entries[0].counts.at_peak_bytes, 200);
-        assert_eq!(all.process.entries[1].counts.at_peak_bytes, 0);
+        assert_eq!(all.process.peak_ns, Some(9), "the latest of equal peaks");
+        assert_eq!(all.process.entries[0].counts.at_peak_bytes, 0);
+        assert_eq!(all.process.entries[1].counts.at_peak_bytes, 200);
+        let lower = region(&["/exe"], &[(0, 0x10)], vec![counts(1, 100, 0, 1, 1)]);
+        all.add_scope(Some("c"), &lower);
+        assert_eq!(all.process.peak_ns, Some(9), "a lower peak changes nothing");
+        assert_eq!(all.process.entries[1].counts.at_peak_bytes, 200);
         let mut higher = region(&["/exe"], &[(0, 0x20)], vec![counts(3, 300, 0, 3, 3)]);
         higher.process.peak_ns = Some(11);
         all.add_scope(None, &higher);
@@ -301,6 +304,6 @@ mod tests {
         assert_eq!(all.process.entries[1].counts.at_peak_bytes, 300);
         assert_eq!(all.process.total().at_peak_bytes, 300);
         // Without a region name the scope counts for the process only.
-        assert_eq!(all.regions.len(), 2);
+        assert_eq!(all.regions.len(), 3);
     }
 }

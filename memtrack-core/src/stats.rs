@@ -44,7 +44,8 @@ pub struct Stats {
     /// Highest `live_bytes` at any instant since tracking began (or the last reset), in
     /// bytes. Relative to tracking's start: blocks allocated before do not count.
     pub peak_live_bytes: u64,
-    /// `CLOCK_MONOTONIC` time in ns at which `peak_live_bytes` was reached; 0 if no block
+    /// `CLOCK_MONOTONIC` time in ns at which `peak_live_bytes` was reached; if it was
+    /// reached more than once, the latest time (as valgrind DHAT's t-gmax); 0 if no block
     /// was ever live.
     pub peak_time_ns: u64,
     /// Allocation calls that failed (NULL result, non-zero `posix_memalign` return,
@@ -202,7 +203,10 @@ impl Stats {
         self.bytes_freed += other.bytes_freed;
         self.live_blocks += other.live_blocks;
         self.live_bytes += other.live_bytes;
-        if other.peak_live_bytes > self.peak_live_bytes {
+        // The latest of equal peaks, as within one scope.
+        if other.peak_live_bytes > self.peak_live_bytes
+            || (other.peak_live_bytes == self.peak_live_bytes && other.peak_time_ns != 0)
+        {
             self.peak_live_bytes = other.peak_live_bytes;
             self.peak_time_ns = other.peak_time_ns;
         }
@@ -435,6 +439,15 @@ mod tests {
         merged.merge(&Stats::from(&b));
         assert_eq!((merged.alloc_calls, merged.bytes_allocated), (3, 250));
         assert_eq!((merged.peak_live_bytes, merged.peak_time_ns), (150, 5));
+        // An equal peak later: its time (the latest of equal peaks, as DHAT's t-gmax).
+        let mut c = PidStats::ZERO;
+        c.peak_live_bytes = 150;
+        c.peak_time_ns = 12;
+        merged.merge(&Stats::from(&c));
+        assert_eq!((merged.peak_live_bytes, merged.peak_time_ns), (150, 12));
+        // A scope where nothing was ever live changes nothing.
+        merged.merge(&Stats::from(&PidStats::ZERO));
+        assert_eq!((merged.peak_live_bytes, merged.peak_time_ns), (150, 12));
         assert_eq!(merged.function("malloc").unwrap().calls, 3);
         assert_eq!(merged.function("free").unwrap().calls, 3);
         let buckets: Vec<(u64, u64)> = merged

@@ -106,8 +106,8 @@ impl TrackerBuilder {
     /// [`stacks::DEFAULT_DEPTH`](crate::stacks::DEFAULT_DEPTH) = 64), with per-stack
     /// counters read by
     /// [`Tracker::stacks`] and [`ProcessTracker::stacks`]. Off by default. With stacks
-    /// on the tracker reserves about 16 MiB for unwind rows, 8.5 MiB for distinct
-    /// stacks and one more live-block map entry of 4 bytes per live block.
+    /// on the tracker reserves about 16 MiB for unwind rows and 8.5 MiB for distinct
+    /// stacks (each live block's stack id is kept in its live-block entry).
     pub fn stacks(mut self, depth: u32) -> Self {
         let max = crate::stacks::MAX_DEPTH;
         self.stacks = Some(depth.clamp(1, max));

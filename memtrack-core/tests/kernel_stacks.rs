@@ -210,6 +210,72 @@ fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
     }
 }
 
+/// Consecutive stacks of different lengths on one thread (tests/stacks/deep.c with
+/// several depths, in turn): each walk overwrites the previous stack's frames in place
+/// and reuses its id only for the very same frames, so a shorter stack after a longer
+/// one, and the longer one again, are each their own stack with their own counts. At a
+/// limit of 20: 30 levels are cut at 20 descend frames; 5 levels are 6 descend frames
+/// and the 4 start-up frames, whole; 15 levels are exactly 20 frames, whole.
+#[test]
+fn stacks_of_different_lengths_in_turn_keep_their_own_ids() {
+    if !require_privileges("stacks_of_different_lengths_in_turn_keep_their_own_ids") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "deep");
+    let tracker = Tracker::builder()
+        .stacks(20)
+        .spawn(CommandSpec::new(&exe).args(["30", "5", "15"]))
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let pid = tracker.pid();
+    let stacks = tracker.stacks(pid).expect("stacks are on");
+    let stats = tracker.collect().unwrap();
+    let counts = StackCounts {
+        alloc_blocks: 3,
+        alloc_bytes: 192,
+        freed_blocks: 3,
+        freed_bytes: 192,
+        max_live_bytes: 64,
+        max_live_blocks: 1,
+        ..StackCounts::default()
+    };
+    let whole = |descend: usize| {
+        let mut frames = vec!["descend".to_string(); descend];
+        frames.extend(["main", "?", "?", "_start"].map(String::from));
+        frames
+    };
+    let mut expected = vec![
+        (vec!["descend".to_string(); 20], StackEnd::Truncated),
+        (whole(6), StackEnd::Complete),
+        (whole(16), StackEnd::Complete),
+    ];
+    expected.sort();
+    let got: Vec<_> = named(&stacks, &exe)
+        .into_iter()
+        .map(|(frames, end, mut c)| {
+            // The peak (one 64-byte block) is one block's: checked below.
+            let at_peak = (c.at_peak_blocks, c.at_peak_bytes);
+            c.at_peak_blocks = 0;
+            c.at_peak_bytes = 0;
+            assert_eq!(c, counts, "{frames:?}: {stacks:#?}");
+            (frames, end, at_peak)
+        })
+        .collect();
+    let shapes: Vec<_> = got.iter().map(|(f, e, _)| (f.clone(), *e)).collect();
+    assert_eq!(shapes, expected, "{stacks:#?}");
+    // The process's peak is one live block of 64 bytes, under one of the stacks (which
+    // one depends on whether an equal total counts as reaching the peak again).
+    let mut peaks: Vec<_> = got.iter().map(|(_, _, p)| *p).collect();
+    peaks.sort();
+    assert_eq!(peaks, vec![(0, 0), (0, 0), (1, 64)], "{stacks:#?}");
+    assert_eq!(stacks.process.lost, StackCounts::default());
+    let total = stacks.process.total();
+    assert_eq!(total.alloc_blocks, stats.alloc_calls, "{stats:#?}");
+    assert_eq!(total.freed_blocks, stats.free_calls);
+    assert_eq!(total.alloc_bytes, stats.bytes_allocated);
+}
+
 /// Stacks off (the default): no stacks are kept.
 #[test]
 fn stacks_are_off_by_default() {

@@ -6,7 +6,9 @@
 //! frees of pointers never seen are counted apart and never subtracted.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
-use memtrack_common::{HISTOGRAM_BUCKETS, LiveKey, NUM_FUNCS, Pending, PidStats, global};
+use memtrack_common::{
+    HISTOGRAM_BUCKETS, LiveBlock, LiveKey, NUM_FUNCS, Pending, PidStats, global,
+};
 
 use crate::{
     atomics,
@@ -193,15 +195,22 @@ fn size_bucket(size: u64) -> usize {
 /// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
 #[inline(always)]
 pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr: u64, size: u64) {
-    crate::unwind::charge_alloc(stats, tgid, stack, addr, size);
+    // The stack the block is charged to, and released from: lost when its counters
+    // could not be created.
+    let stack = crate::unwind::charge_alloc(stats, tgid, stack, size);
     let key = LiveKey {
         tgid,
         _pad: 0,
         addr,
     };
+    let block = LiveBlock {
+        size,
+        stack,
+        _pad: 0,
+    };
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
-        if LIVE.insert(&key, &size, 0).is_err() {
+        if LIVE.insert(&key, &block, 0).is_err() {
             // Full live map: this block's free will show as unmatched. Never silent.
             atomics::add(&raw mut (*stats).lost_events, 1);
         }
@@ -238,29 +247,30 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr
     }
 }
 
-/// Takes the block at `addr` out of the live map; its size when it was there.
+/// Takes the block at `addr` out of the live map; its size and stack when it was there.
 #[inline(always)]
-pub fn take_live(tgid: u32, addr: u64) -> Option<u64> {
+pub fn take_live(tgid: u32, addr: u64) -> Option<LiveBlock> {
     let key = LiveKey {
         tgid,
         _pad: 0,
         addr,
     };
-    // SAFETY: read of a plain u64 value.
-    let size = unsafe { *LIVE.get(&key)? };
+    // SAFETY: read of a plain value.
+    let block = unsafe { *LIVE.get(&key)? };
     let _ = LIVE.remove(&key);
-    Some(size)
+    Some(block)
 }
 
-/// Puts a block back into the live map (a realloc that failed keeps its old block).
+/// Puts a block back into the live map (a realloc that failed keeps its old block, and
+/// its stack's counters were never changed).
 #[inline(always)]
-pub fn restore_live(stats: *mut PidStats, tgid: u32, addr: u64, size: u64) {
+pub fn restore_live(stats: *mut PidStats, tgid: u32, addr: u64, block: &LiveBlock) {
     let key = LiveKey {
         tgid,
         _pad: 0,
         addr,
     };
-    if LIVE.insert(&key, &size, 0).is_err() {
+    if LIVE.insert(&key, block, 0).is_err() {
         // SAFETY: stats points into a live map value.
         atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
     }
@@ -304,10 +314,10 @@ pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u
         entry_sp,
     };
     match take_live(tgid, ptr) {
-        Some(size) => {
+        Some(block) => {
             count_call(stats, func);
-            crate::unwind::charge_release(stats, tgid, ptr, size);
-            record_release(stats, Some(func), size);
+            crate::unwind::charge_release(stats, tgid, &block);
+            record_release(stats, Some(func), block.size);
             let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
         }
         None => {

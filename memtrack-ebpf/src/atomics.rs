@@ -54,14 +54,18 @@ pub fn add_fetch(dst: *mut u64, v: u64) -> Option<u64> {
     None
 }
 
-/// `*dst = max(*dst, v)`; returns true when `*dst` was raised to `v`, `None` when the
+/// `*dst = max(*dst, v)`; returns true when `*dst` is now `v` (raised to it, or equal
+/// to it already: valgrind DHAT's t-gmax is the latest of equal peaks), `None` when the
 /// loop gave up.
 #[inline(always)]
 pub fn raise_to(dst: *mut u64, v: u64) -> Option<bool> {
     for _ in 0..CAS_TRIES {
         let old = load(dst);
-        if v <= old {
+        if v < old {
             return Some(false);
+        }
+        if v == old {
+            return Some(true);
         }
         // SAFETY: as for `add`.
         let (_, swapped) = unsafe {

@@ -7,9 +7,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
 };
 use memtrack_common::{
-    DEFAULT_MAX_LIVE_BLOCKS, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending, PidStats,
-    TrackState, global, ld_hook,
-    stacks::{KernelStackCounts, ProcessMappings, StackKey, WalkState},
+    DEFAULT_MAX_LIVE_BLOCKS, LiveBlock, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending,
+    PidStats, TrackState, global, ld_hook,
+    stacks::{KernelStackCounts, LastStack, ProcessMappings, StackKey, StackWindow, WalkState},
     unwind::UnwindRow,
 };
 
@@ -28,13 +28,15 @@ pub static TRACKED: HashMap<u32, TrackState> =
 pub static STATS: HashMap<u32, PidStats> =
     HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
 
-/// (tgid, address) -> requested size in bytes of every live block allocated while tracked.
+/// (tgid, address) -> requested size in bytes and stack id of every live block allocated
+/// while tracked.
 /// User space may resize it before loading. Preallocated: creating it costs about 40 ms
 /// of the tracker's start-up for a million entries, but without preallocation (the
 /// kernel's BPF allocator) malloc and free cost 30-70% more per call with blocks live
 /// (measured, BENCHMARKS.md); calls outnumber trackers by far.
 #[map]
-pub static LIVE: HashMap<LiveKey, u64> = HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
+pub static LIVE: HashMap<LiveKey, LiveBlock> =
+    HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
 
 /// pid_tgid -> arguments of the allocator call in progress on that thread.
 #[map]
@@ -89,13 +91,17 @@ pub static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(1, 0);
 #[map]
 pub static STACK_COUNTS: HashMap<u64, KernelStackCounts> = HashMap::with_max_entries(1, 0);
 
-/// (tgid, address) -> stack id of a live block (stacks on only). Sized by user space.
-#[map]
-pub static LIVE_STACK: HashMap<LiveKey, u32> = HashMap::with_max_entries(1, 0);
-
 /// The stack being unwound on this CPU (too large for the 512-byte BPF stack).
 #[map]
 pub static STACK_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// The stack `STACK_SCRATCH` holds as a complete key, if any (see `LastStack`).
+#[map]
+pub static LAST_STACK: PerCpuArray<LastStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// A copy of part of the stack being unwound on this CPU (see `StackWindow`).
+#[map]
+pub static STACK_WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
 
 /// The walk in progress on this CPU, handed from one program of the unwinding chain to
 /// the next (unwind.rs).

@@ -16,16 +16,17 @@
 //! steps ([`MAX_SEARCH_STEPS`]).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
     macros::uprobe,
     programs::ProbeContext,
 };
 use memtrack_common::{
-    LiveKey, PidStats, global,
+    LiveBlock, PidStats, global,
     stacks::{
-        KernelStackCounts, LOST_STACK, MAPPING_SEARCH_STEPS, MAX_MAPPINGS, MAX_STACK_DEPTH,
-        MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, StackKey, UNWIND_BATCH,
-        UNWIND_PROG_SLOT, WalkState, frame, stack_counts_key,
+        KernelStackCounts, LOST_STACK, LastStack, MAPPING_SEARCH_STEPS, MAX_MAPPINGS,
+        MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, StackKey,
+        StackWindow, UNWIND_BATCH, UNWIND_PROG_SLOT, WINDOW_BYTES, WINDOW_WORDS, WalkState, frame,
+        stack_counts_key,
     },
     unwind::{MAX_SEARCH_STEPS, OFFSET_UNIT, PLT_PUSHED_FROM, UnwindRow, cfa_rule, sigframe},
 };
@@ -34,8 +35,8 @@ use crate::{
     atomics,
     global_count::global_bump,
     maps::{
-        GLOBAL, LIVE_STACK, MAPPINGS, PENDING, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
-        UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
+        GLOBAL, LAST_STACK, MAPPINGS, PENDING, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
+        STACK_WINDOW, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
     },
 };
 
@@ -68,6 +69,26 @@ pub fn initial_stack() -> u32 {
     if depth() == 0 { NO_STACK } else { LOST_STACK }
 }
 
+/// This CPU's buffers of a walk: the frames (the scratch key), the copy of part of the
+/// stack, and what the scratch held before.
+struct Buffers {
+    key: *mut StackKey,
+    window: *mut StackWindow,
+    last: *mut LastStack,
+    state: *mut WalkState,
+}
+
+/// This CPU's [`Buffers`], None only if a per-CPU map has no entry 0.
+#[inline(always)]
+fn buffers() -> Option<Buffers> {
+    Some(Buffers {
+        key: STACK_SCRATCH.get_ptr_mut(0)?,
+        window: STACK_WINDOW.get_ptr_mut(0)?,
+        last: LAST_STACK.get_ptr_mut(0)?,
+        state: UNWIND_STATE.get_ptr_mut(0)?,
+    })
+}
+
 /// Walks the stack of the counted call whose pending entry thread `pid_tgid` has just
 /// recorded (at `entry_sp`), from the probe's registers `ip`, `sp`, `bp`: the first
 /// batch here, the rest by tail calls. Call it last: after a tail call the entry
@@ -78,15 +99,15 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
     if depth == 0 {
         return;
     }
-    let (Some(key), Some(state)) = (STACK_SCRATCH.get_ptr_mut(0), UNWIND_STATE.get_ptr_mut(0))
-    else {
+    let Some(b) = buffers() else {
         return;
     };
-    // SAFETY: the scratch is this CPU's own for the program's run.
-    let frames = unsafe { &mut (*key).frames };
-    for slot in frames.iter_mut() {
-        *slot = 0;
-    }
+    // SAFETY: the buffers are this CPU's own for the program's run.
+    let (frames, window, last) = unsafe { (&mut (*b.key).frames, &mut *b.window, &mut *b.last) };
+    // The scratch is overwritten from here on: until this walk ends it holds no
+    // complete key.
+    let prev = *last;
+    last.id = NO_STACK;
     let mut s = WalkState {
         owner: pid_tgid,
         entry_sp,
@@ -95,18 +116,20 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
         bp,
         stored: 0,
         is_return_address: 0,
+        window: 0,
+        diff: 0,
+        prev,
     };
     // SAFETY: plain data read in place.
     let end = match unsafe { MAPPINGS.get(&((pid_tgid >> 32) as u32)) } {
         // The allocation function's own frame is walked, not stored.
-        Some(m) => match step(frames, m, depth as usize, &mut s, false) {
+        Some(m) => match step(frames, window, m, depth as usize, &mut s, false) {
             Some(end) => Some(end),
-            None => walk_batch(frames, m, depth as usize, &mut s),
+            None => walk_batch(frames, window, m, depth as usize, &mut s),
         },
         None => Some(frame::end::UNKNOWN),
     };
-    // SAFETY: both point into this CPU's map values.
-    unsafe { continue_or_finish(ctx, &mut *key, &mut *state, s, end) };
+    continue_or_finish(ctx, &b, s, end);
 }
 
 /// The unwind program: walks the next batch of the walk `UNWIND_STATE` holds, then
@@ -119,26 +142,24 @@ pub fn unwind_prog(ctx: ProbeContext) -> u32 {
     if depth == 0 {
         return 0;
     }
-    let (Some(key), Some(state)) = (STACK_SCRATCH.get_ptr_mut(0), UNWIND_STATE.get_ptr_mut(0))
-    else {
+    let Some(b) = buffers() else {
         return 0;
     };
     // SAFETY: this CPU's map value, copied out.
-    let mut s = unsafe { *state };
+    let mut s = unsafe { *b.state };
     if s.owner != bpf_get_current_pid_tgid() {
         // Another thread's walk took this CPU's state over: this one's pending call
         // keeps LOST_STACK.
         return 0;
     }
-    // SAFETY: the scratch is this CPU's own for the program's run.
-    let frames = unsafe { &mut (*key).frames };
+    // SAFETY: the buffers are this CPU's own for the program's run.
+    let (frames, window) = unsafe { (&mut (*b.key).frames, &mut *b.window) };
     // SAFETY: plain data read in place.
     let end = match unsafe { MAPPINGS.get(&((s.owner >> 32) as u32)) } {
-        Some(m) => walk_batch(frames, m, depth as usize, &mut s),
+        Some(m) => walk_batch(frames, window, m, depth as usize, &mut s),
         None => Some(frame::end::UNKNOWN),
     };
-    // SAFETY: both point into this CPU's map values.
-    unsafe { continue_or_finish(&ctx, &mut *key, &mut *state, s, end) };
+    continue_or_finish(&ctx, &b, s, end);
     0
 }
 
@@ -146,27 +167,24 @@ pub fn unwind_prog(ctx: ProbeContext) -> u32 {
 /// tail-calls the unwind program. A tail call that fails returns here, and the pending
 /// call keeps LOST_STACK.
 #[inline(always)]
-fn continue_or_finish(
-    ctx: &ProbeContext,
-    key: &mut StackKey,
-    state: &mut WalkState,
-    s: WalkState,
-    end: Option<u64>,
-) {
+fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, end: Option<u64>) {
     let Some(end) = end else {
-        *state = s;
+        // SAFETY: this CPU's map value.
+        unsafe { *b.state = s };
         // SAFETY: the context is the probe's own, passed on unchanged.
         unsafe { UNWIND_PROGS.tail_call(ctx, UNWIND_PROG_SLOT) };
         return;
     };
-    let end_bits = end << frame::END_SHIFT;
-    let stored = s.stored as usize;
-    if stored == 0 {
-        key.frames[0] = frame::NO_FRAME | end_bits;
-    } else if let Some(last) = key.frames.get_mut(index(stored - 1)) {
-        *last |= end_bits;
+    // SAFETY: the buffers are this CPU's own for the program's run.
+    let (key, last) = unsafe { (&mut *b.key, &mut *b.last) };
+    let id = finish(key, &s, end);
+    if id != LOST_STACK {
+        *last = LastStack {
+            id,
+            len: s.stored.max(1),
+            end,
+        };
     }
-    let id = intern(key);
     if let Some(p) = PENDING.get_ptr_mut(&s.owner) {
         // SAFETY: only this thread touches its own entry; the entry_sp check makes sure
         // it is still the call the walk began for.
@@ -176,6 +194,40 @@ fn continue_or_finish(
             }
         }
     }
+}
+
+/// Completes the key in the scratch for a walk that ended with `end` (the end bits on
+/// the last slot, every later slot zero) and returns its id: the previous stack's when
+/// the walk wrote the very frames the scratch held (see `LastStack`), else interned.
+#[inline(always)]
+fn finish(key: &mut StackKey, s: &WalkState, end: u64) -> u32 {
+    let end_bits = end << frame::END_SHIFT;
+    let stored = s.stored as usize;
+    if stored == 0 {
+        key.frames[0] = frame::NO_FRAME | end_bits;
+    } else if let Some(last) = key.frames.get_mut(index(stored - 1)) {
+        *last |= end_bits;
+    }
+    let prev = &s.prev;
+    if stored != 0
+        && prev.id != NO_STACK
+        && s.diff == 0
+        && prev.len as usize == stored
+        && prev.end == end
+    {
+        // Every slot up to `stored` holds what it held, and the later ones were zero.
+        return prev.id;
+    }
+    // Slots past this stack may hold a longer earlier stack's frames.
+    let used = stored.max(1);
+    for (i, slot) in key.frames.iter_mut().enumerate() {
+        if i >= used {
+            // SAFETY: a slot of the scratch; volatile so that no memset call (which
+            // BPF lacks) is made of the loop.
+            unsafe { core::ptr::write_volatile(slot, 0) };
+        }
+    }
+    intern(key)
 }
 
 /// Makes the verifier see the bound of an index (see `account::slot`).
@@ -190,23 +242,28 @@ fn index(i: usize) -> usize {
 #[inline(always)]
 fn walk_batch(
     frames: &mut [u64; MAX_STACK_DEPTH],
+    window: &mut StackWindow,
     mappings: &ProcessMappings,
     depth: usize,
     s: &mut WalkState,
 ) -> Option<u64> {
     for _ in 0..UNWIND_BATCH {
-        if let Some(end) = step(frames, mappings, depth, s, true) {
+        if let Some(end) = step(frames, window, mappings, depth, s, true) {
             return Some(end);
         }
     }
     None
 }
 
+/// The end bits of a frame slot.
+const END_MASK: u64 = 3 << frame::END_SHIFT;
+
 /// One frame: stores it when `store` (else it is the allocation function's own),
 /// then moves `s` to its caller. The end (`frame::end`) when there is none to move to.
 #[inline(always)]
 fn step(
     frames: &mut [u64; MAX_STACK_DEPTH],
+    window: &mut StackWindow,
     mappings: &ProcessMappings,
     depth: usize,
     s: &mut WalkState,
@@ -238,6 +295,8 @@ fn step(
         let Some(slot) = frames.get_mut(index(s.stored as usize)) else {
             return Some(frame::end::UNKNOWN);
         };
+        // The previous stack's end bits are compared apart (`finish`).
+        s.diff |= (*slot & !END_MASK) ^ value;
         *slot = value;
         s.stored += 1;
     }
@@ -256,10 +315,10 @@ fn step(
             sp.wrapping_add(offset).wrapping_add(pushed)
         }
         cfa_rule::SIGNAL_FRAME => {
-            let (Some(r_ip), Some(r_sp), Some(r_bp)) = (
-                read(sp.wrapping_add(sigframe::RIP)),
-                read(sp.wrapping_add(sigframe::RSP)),
-                read(sp.wrapping_add(sigframe::RBP)),
+            let (Some(r_bp), Some(r_sp), Some(r_ip)) = (
+                read(window, s, sp.wrapping_add(sigframe::RBP)),
+                read(window, s, sp.wrapping_add(sigframe::RSP)),
+                read(window, s, sp.wrapping_add(sigframe::RIP)),
             ) else {
                 return Some(frame::end::UNKNOWN);
             };
@@ -275,25 +334,51 @@ fn step(
     if cfa <= sp {
         return Some(frame::end::UNKNOWN);
     }
-    let Some(ra) = read(cfa.wrapping_sub(8)) else {
-        return Some(frame::end::UNKNOWN);
-    };
+    // The saved rbp lies below the return address: read it first, so one window copied
+    // from the lower address holds both.
+    let mut bp = s.bp;
     if row.rbp_rule < 0 {
         let at = cfa.wrapping_sub(u64::from(row.rbp_rule.unsigned_abs()) * OFFSET_UNIT);
-        match read(at) {
-            Some(v) => s.bp = v,
+        match read(window, s, at) {
+            Some(v) => bp = v,
             None => return Some(frame::end::UNKNOWN),
         }
     }
+    let Some(ra) = read(window, s, cfa.wrapping_sub(8)) else {
+        return Some(frame::end::UNKNOWN);
+    };
+    s.bp = bp;
     s.ip = ra;
     s.sp = cfa;
     s.is_return_address = 1;
     None
 }
 
-/// 8 bytes of the thread's stack.
+/// 8 bytes of the thread's stack at `addr`: from this walk's copy of the stack when it
+/// holds them, else from a new copy of [`WINDOW_BYTES`] from `addr` on, else (the copy
+/// failed: its end is not mapped) read alone.
 #[inline(always)]
-fn read(addr: u64) -> Option<u64> {
+fn read(window: &mut StackWindow, s: &mut WalkState, addr: u64) -> Option<u64> {
+    let offset = addr.wrapping_sub(s.window);
+    if s.window != 0 && offset <= WINDOW_BYTES - 8 && offset & 7 == 0 {
+        return Some(window.words[(offset / 8) as usize & (WINDOW_WORDS - 1)]);
+    }
+    if addr != 0 && addr & 7 == 0 {
+        // SAFETY: the helper checks the address; the destination is this CPU's buffer
+        // of WINDOW_BYTES.
+        let copied = unsafe {
+            generated::bpf_probe_read_user(
+                window.words.as_mut_ptr().cast(),
+                WINDOW_BYTES as u32,
+                addr as *const core::ffi::c_void,
+            )
+        };
+        if copied == 0 {
+            s.window = addr;
+            return Some(window.words[0]);
+        }
+    }
+    s.window = 0;
     // SAFETY: the helper checks the address.
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
 }
@@ -431,15 +516,23 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
     }
 }
 
-/// A block of `size` bytes at `addr` allocated from `stack` (before the process's live
-/// counters change, so a peak this block reaches includes it).
+/// A block of `size` bytes allocated from `stack` (before the process's live counters
+/// change, so a peak this block reaches includes it). Returns the stack the block is
+/// charged to, which the live map keeps with the block for its release: `stack`, or
+/// [`LOST_STACK`] when `stack`'s counters could not be created, or [`NO_STACK`] (stacks
+/// off, or not even the lost counters could be created: counted as
+/// `global::STACK_COUNTS_FULL`).
 #[inline(always)]
-pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, addr: u64, size: u64) {
-    if stack == NO_STACK {
-        return;
+pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u32 {
+    if depth() == 0 || stack == NO_STACK {
+        return NO_STACK;
     }
-    let Some(c) = counts_of(tgid, stack) else {
-        return;
+    let (stack, c) = match counts_of(tgid, stack) {
+        Some(c) => (stack, c),
+        None => match counts_of(tgid, LOST_STACK) {
+            Some(c) => (LOST_STACK, c),
+            None => return NO_STACK,
+        },
     };
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
@@ -454,42 +547,24 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, addr: u64, size
             (*c).max_live_blocks = atomics::load(&raw const (*c).live_blocks);
         }
     }
-    let key = LiveKey {
-        tgid,
-        _pad: 0,
-        addr,
-    };
-    if LIVE_STACK.insert(&key, &stack, 0).is_err() {
-        global_bump(global::STACK_COUNTS_FULL);
-    }
+    stack
 }
 
-/// A block of `size` bytes at `addr` was released: charged to the stack that
-/// allocated it.
+/// A live `block` was released: charged to the stack the live map kept with it.
 #[inline(always)]
-pub fn charge_release(stats: *mut PidStats, tgid: u32, addr: u64, size: u64) {
-    if depth() == 0 {
+pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
+    if depth() == 0 || block.stack == NO_STACK {
         return;
     }
-    let key = LiveKey {
-        tgid,
-        _pad: 0,
-        addr,
-    };
-    // SAFETY: plain u32 value.
-    let Some(&stack) = (unsafe { LIVE_STACK.get(&key) }) else {
-        return;
-    };
-    let _ = LIVE_STACK.remove(&key);
-    let Some(c) = counts_of(tgid, stack) else {
+    let Some(c) = counts_of(tgid, block.stack) else {
         return;
     };
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
     unsafe {
         atomics::add(&raw mut (*c).freed_blocks, 1);
-        atomics::add(&raw mut (*c).freed_bytes, size);
+        atomics::add(&raw mut (*c).freed_bytes, block.size);
         atomics::sub(&raw mut (*c).live_blocks, 1);
-        atomics::sub(&raw mut (*c).live_bytes, size);
+        atomics::sub(&raw mut (*c).live_bytes, block.size);
     }
 }

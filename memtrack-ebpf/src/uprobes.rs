@@ -14,7 +14,7 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use memtrack_common::{Kind, Pending, PidStats, cookie, pending_flags};
+use memtrack_common::{Kind, LiveBlock, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
     account::{self, Nesting, current, tgid_of},
@@ -106,6 +106,8 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
         size,
         ptr,
         old_size: 0,
+        old_stack: 0,
+        _pad: 0,
         flags,
         entry_sp: c.entry_sp,
     };
@@ -130,6 +132,8 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
         size,
         ptr,
         old_size: 0,
+        old_stack: 0,
+        _pad: 0,
         flags: if overflow { pending_flags::OVERFLOW } else { 0 },
         entry_sp: c.entry_sp,
     };
@@ -137,16 +141,27 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
         && !overflow
         && let Some(old) = account::take_live(tgid, ptr)
     {
-        pending.old_size = old;
+        pending.old_size = old.size;
+        pending.old_stack = old.stack;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
     if account::begin_call(c.pid_tgid, &pending, stats) {
         return true;
     }
     if pending.flags & pending_flags::OLD_KNOWN != 0 {
-        account::restore_live(stats, tgid, ptr, pending.old_size);
+        account::restore_live(stats, tgid, ptr, &old_block(&pending));
     }
     false
+}
+
+/// The old block of a realloc whose entry took it out of the live map.
+#[inline(always)]
+fn old_block(p: &Pending) -> LiveBlock {
+    LiveBlock {
+        size: p.old_size,
+        stack: p.old_stack,
+        _pad: 0,
+    }
 }
 
 /// Walks the stack of a call the entry program just recorded as pending (stacks on:
@@ -217,7 +232,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         }
     } else if ret != 0 {
         if known {
-            crate::unwind::charge_release(stats, tgid, p.ptr, p.old_size);
+            crate::unwind::charge_release(stats, tgid, &old_block(p));
             account::record_release(stats, None, p.old_size);
             account::record_resize_direction(stats, p.func, p.old_size, p.size);
         } else {
@@ -226,7 +241,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
-            crate::unwind::charge_release(stats, tgid, p.ptr, p.old_size);
+            crate::unwind::charge_release(stats, tgid, &old_block(p));
             account::record_release(stats, None, p.old_size);
         } else {
             account::record_unmatched(stats);
@@ -234,7 +249,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
     } else {
         account::count_failure(stats, p.func);
         if known {
-            account::restore_live(stats, tgid, p.ptr, p.old_size);
+            account::restore_live(stats, tgid, p.ptr, &old_block(p));
         }
     }
 }

@@ -107,9 +107,42 @@ pub fn vaddr_to_file_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u64>
 /// for names `.dynsym` lacks. For a name with several versions the default (`@@`) one
 /// wins.
 pub fn allocator_targets(elf_path: &Path) -> Result<Vec<ProbeTarget>, Error> {
-    let file = File::open(elf_path).map_err(|e| Error::io(elf_path, e))?;
-    let cache = ReadCache::new(file);
-    let elf = ElfReader::parse(&cache, elf_path)?;
+    let mut file = File::open(elf_path).map_err(|e| Error::io(elf_path, e))?;
+    match whole_file(&mut file, elf_path)? {
+        Some(bytes) => targets_in(&bytes[..], elf_path),
+        None => targets_in(&ReadCache::new(file), elf_path),
+    }
+}
+
+/// Files up to this size are read whole before parsing (libc is 2 MiB): object's
+/// `ReadCache` reads every symbol name with its own small reads, thousands of system
+/// calls for libc's symbol tables, a few ms of each process's attaching. Larger files
+/// (executables with debug information) are read piecewise. Read, not mapped: a file
+/// another user can write could be truncated under a mapping, and reading the mapping
+/// then kills memtrack with SIGBUS.
+const READ_WHOLE_MAX: u64 = 64 << 20;
+
+/// The whole of `file` if it is at most [`READ_WHOLE_MAX`] bytes, else None.
+fn whole_file(file: &mut File, path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    use std::io::Read;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len > READ_WHOLE_MAX {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // Bounded even if the file grows meanwhile.
+    file.take(READ_WHOLE_MAX)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(Some(bytes))
+}
+
+/// [`allocator_targets`] of the ELF file `data` (read from `elf_path`).
+fn targets_in<'data, R: ReadRef<'data>>(
+    data: R,
+    elf_path: &'data Path,
+) -> Result<Vec<ProbeTarget>, Error> {
+    let elf = ElfReader::parse(data, elf_path)?;
 
     let mut by_name = elf.matching_symbols(&elf.dynsym, elf.versions.as_ref())?;
     for (name, found) in elf.matching_symbols(&elf.symtab, None)? {
