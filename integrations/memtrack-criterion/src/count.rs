@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use memtrack::{BenchmarkStats, Stats};
+use memtrack::Stats;
 
 use crate::{INTEGRATION, Mode, session};
 
@@ -22,9 +22,10 @@ pub(crate) fn wanted(uri: &str) -> bool {
     session::mode(INTEGRATION) != Mode::Disabled && !session::session(INTEGRATION).was_measured(uri)
 }
 
-/// Counts one call of `counted` as benchmark `uri` (see [`measure_once`]).
+/// Counts one call of `counted` as benchmark `uri` (see [`measure_once`]), keeping
+/// nothing: criterion times this thread next.
 pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
-    measure_once(uri, counted);
+    count_and_save(uri, counted);
 }
 
 /// Counts one call of `routine` as benchmark `id`, and returns its counts in-process.
@@ -40,14 +41,27 @@ pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
 /// No warm-up: lazily initialised state shows in the counts. The output is dropped after
 /// the count. Do not call it from inside a routine that memtrack is counting.
 pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
+    count_and_save(id, routine)?;
+    let session = session::session(INTEGRATION);
+    session.recorded.last().map(|bench| bench.stats.clone())
+}
+
+/// [`measure_once`] but for what it returns: whether the call was counted in-process.
+/// Everything but starting and stopping the count and the routine itself (printing,
+/// naming the directory, saving) runs on the session's helper thread, so this thread's
+/// heap is left as it was.
+fn count_and_save<O>(id: &str, routine: impl FnOnce() -> O) -> Option<()> {
     let mut session = session::session(INTEGRATION);
+    let session = &mut *session;
     session.note(id);
-    let stats = session.record(id, routine)?;
-    println!("{}", session::summary_line(id, &stats));
-    let bench = BenchmarkStats::new(id, stats.clone());
-    let dir = result_dir(id);
-    if let Err(e) = session.write_result(&dir, &[bench]) {
-        eprintln!("memtrack {id}: result not saved: {e}");
-    }
-    Some(stats)
+    session.record(id, routine)?;
+    session::on_helper_thread(|| {
+        let bench = session.recorded.last().expect("just recorded").clone();
+        println!("{}", session::summary_line(id, &bench.stats));
+        let dir = result_dir(id);
+        if let Err(e) = session.write_result(&dir, &[bench]) {
+            eprintln!("memtrack {id}: result not saved: {e}");
+        }
+    });
+    Some(())
 }

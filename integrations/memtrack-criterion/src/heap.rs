@@ -25,7 +25,10 @@ use criterion::{
 };
 use memtrack::{Scope, Tracker};
 
-use crate::{Criterion, INTEGRATION, session::Mode};
+use crate::{
+    Criterion, INTEGRATION,
+    session::{self, Mode},
+};
 
 /// What a measurement counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +96,9 @@ impl Heap {
         }
         let mut tracker = TRACKER.lock().unwrap_or_else(|p| p.into_inner());
         if tracker.is_none() {
-            match Tracker::builder().build(Scope::Process) {
+            // Made (and read, and closed) on the session's helper thread, so that
+            // criterion's thread keeps its heap for any benchmark timed after these.
+            match session::on_helper_thread(|| Tracker::builder().build(Scope::Process)) {
                 Ok(made) => *tracker = Some(made),
                 Err(e) => {
                     eprintln!("memtrack: cannot start counting: {e}");
@@ -121,11 +126,18 @@ impl Heap {
         let Some(tracker) = tracker.as_mut() else {
             return 0;
         };
-        match tracker.stop().and_then(|()| tracker.collect()) {
-            Ok(stats) => match self.formatter.quantity {
-                Quantity::Bytes => stats.bytes_allocated,
-                Quantity::Calls => stats.alloc_calls,
-            },
+        let quantity = self.formatter.quantity;
+        let counted = tracker.stop().and_then(|()| {
+            session::on_helper_thread(|| {
+                let stats = tracker.collect()?;
+                Ok(match quantity {
+                    Quantity::Bytes => stats.bytes_allocated,
+                    Quantity::Calls => stats.alloc_calls,
+                })
+            })
+        });
+        match counted {
+            Ok(value) => value,
             Err(e) => {
                 eprintln!("memtrack: cannot collect the counts: {e}");
                 0
@@ -139,7 +151,7 @@ impl Drop for Heap {
         if self.counting && COUNTING.fetch_sub(1, Ordering::SeqCst) == 1 {
             let tracker = TRACKER.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(tracker) = tracker {
-                tracker.close();
+                session::on_helper_thread(|| tracker.close());
             }
         }
     }

@@ -24,15 +24,19 @@ pub(crate) fn wanted(uri: &str) -> bool {
 }
 
 /// Counts one call of `counted` as benchmark `uri` (its output dropped after the count)
-/// and in-process saves every benchmark counted so far as this process's result file.
+/// and in-process saves every benchmark counted so far as this process's result file,
+/// on the session's helper thread (divan times this thread next).
 pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
     let mut session = session::session(INTEGRATION);
+    let session = &mut *session;
     session.note(uri);
     if session.record(uri, counted).is_some() {
-        let dir = result_dir();
-        if let Err(e) = session.write_result(&dir, &session.recorded) {
-            eprintln!("memtrack {uri}: result not saved: {e}");
-        }
+        session::on_helper_thread(|| {
+            let dir = result_dir();
+            if let Err(e) = session.write_result(&dir, &session.recorded) {
+                eprintln!("memtrack {uri}: result not saved: {e}");
+            }
+        });
     }
 }
 

@@ -11,9 +11,13 @@
 //! ([`Tracker::close`], which waits until the kernel has removed every probe) just after
 //! it, so the harness times its iterations with nothing attached; under `memtrack run`
 //! the runner's probes sit on the whole process for the whole run, so the harnesses skip
-//! timing there ([`Mode::Runner`], [`RUNNER_LINE`]).
+//! timing there ([`Mode::Runner`], [`RUNNER_LINE`]). The tracker is made, read and
+//! closed, and result files are written, on a helper thread of the session's, so that
+//! the benchmark's thread, which the harness times next, keeps the heap it would have
+//! without memtrack (`helper.rs` says why).
 #![warn(missing_docs)]
 
+mod helper;
 mod human;
 mod stacks_env;
 pub use human::{benchmark_table, summary_line};
@@ -30,6 +34,25 @@ use memtrack::{
     BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, TrackedProcess, Tracker,
     stacks::{ProcessStacks, is_stacks_file_name, stacks_file_name},
 };
+
+/// Runs `job` on the session's helper thread, where the in-process tracker is made, read
+/// and closed, and returns what it returns (a panic in it is resumed here); in place when
+/// called from such a job. For an integration's own bookkeeping around a count (printing
+/// the counts, naming the result directory, dropping what the session returned): done
+/// here, it allocates and frees in the helper's heap, not in that of the thread the
+/// harness times next. The caller's side allocates nothing to hand the job over; when
+/// this returns the helper is idle again, so a whole-process tracker started after it
+/// counts nothing of the helper's.
+///
+/// Call it only when counting in-process ([`Mode::InProcess`]; the session starts the
+/// helper before the first benchmark runs then). Elsewhere it would start the thread
+/// late, and a new thread takes the stack that a thread the benchmark started and
+/// joined left in glibc's cache: the benchmark's counted call, starting its thread
+/// again, would then allocate a new stack's TLS (288 bytes more under the runner than
+/// in-process).
+pub fn on_helper_thread<R: Send>(job: impl FnOnce() -> R + Send) -> R {
+    helper::run(job)
+}
 
 /// What an integration says on stderr, once, when it runs under `memtrack run`.
 pub const RUNNER_LINE: &str = "memtrack: under `memtrack run`: memory only, timings skipped \
@@ -171,10 +194,10 @@ impl Session {
             Some(Err(e)) => format!("`memtrack run` is unreachable ({e})"),
         };
         // One trial tracker, closed at once, so the line says what really works here
-        // (about 0.1 s, once per process).
-        match process_tracker() {
-            Ok(tracker) => {
-                tracker.close();
+        // (about 0.1 s, once per process), made and closed on the helper thread as every
+        // counted iteration's is.
+        match helper::run(|| process_tracker().map(Tracker::close)) {
+            Ok(()) => {
                 let line = if not_runner == "not under `memtrack run`" {
                     IN_PROCESS_LINE.to_string()
                 } else {
@@ -210,11 +233,22 @@ impl Session {
     }
 
     /// Counts one more measurement of `uri`; returns how many there were, this one
-    /// included.
+    /// included. In-process its bookkeeping runs on the helper thread.
     pub fn note(&mut self, uri: &str) -> u32 {
-        let count = self.measured.entry(uri.to_string()).or_insert(0);
-        *count += 1;
-        *count
+        let in_process = self.mode() == Mode::InProcess;
+        let measured = &mut self.measured;
+        let mut note = || {
+            let count = measured.entry(uri.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        // Only in-process: the helper thread is started there before any benchmark,
+        // and must not be started later (see `on_helper_thread`).
+        if in_process {
+            helper::run(note)
+        } else {
+            note()
+        }
     }
 
     /// `uri` the first time it is measured in this process, then `uri#2`, `uri#3`, ...
@@ -227,13 +261,15 @@ impl Session {
 
     /// Counts one iteration of `routine` as benchmark `uri` (see [`measure`](Self::measure)),
     /// drops its output after the count, and in-process appends the result to
-    /// [`recorded`](Self::recorded) and returns its stats.
-    pub fn record<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
+    /// [`recorded`](Self::recorded) and returns its stats (there: borrowed, so that the
+    /// caller's thread has nothing of the helper's to free).
+    pub fn record<O>(&mut self, uri: &str, routine: impl FnOnce() -> O) -> Option<&Stats> {
         let (output, stats) = self.measure(uri, routine);
         drop(output);
         let stats = stats?;
-        self.recorded.push(BenchmarkStats::new(uri, stats.clone()));
-        Some(stats)
+        let recorded = &mut self.recorded;
+        helper::run(|| recorded.push(BenchmarkStats::new(uri, stats)));
+        self.recorded.last().map(|bench| &bench.stats)
     }
 
     /// Whether `uri` was measured already in this process.
@@ -247,6 +283,10 @@ impl Session {
     /// probes)
     /// before this returns. Returns the routine's output, not yet dropped (so the caller
     /// drops it outside the count), and in-process the stats.
+    ///
+    /// In-process, the calling thread only starts and stops counting and runs the
+    /// routine: the tracker is made, read and closed, and the stats kept, on the
+    /// session's helper thread, which waits, allocating nothing, while counting is on.
     ///
     /// Nothing here allocates between the start of counting and the end of the routine,
     /// nor between the routine's end and the stop of counting: the FIFO client's
@@ -280,7 +320,7 @@ impl Session {
                 (output, None)
             }
             Backend::InProcess { process } => {
-                let mut tracker = match process_tracker() {
+                let mut tracker = match helper::run(process_tracker) {
                     Ok(tracker) => tracker,
                     Err(e) => {
                         eprintln!("memtrack: {uri}: not counted: {e}");
@@ -290,28 +330,31 @@ impl Session {
                 let start_ns = memtrack::monotonic_ns();
                 if let Err(e) = tracker.start() {
                     eprintln!("memtrack: {uri}: not counted: {e}");
-                    tracker.close();
+                    helper::run(|| tracker.close());
                     return (routine(), None);
                 }
                 let output = routine();
                 let stopped = tracker.stop();
                 let end_ns = memtrack::monotonic_ns();
-                let counted = stopped.and_then(|()| {
-                    let stats = tracker.collect()?;
-                    Ok((stats, tracker.process()?, tracker.stacks()))
-                });
-                // Closed before anything else runs: the caller may time next.
-                tracker.close();
-                match counted {
-                    Ok((stats, record, stacks)) => {
-                        *process = Some(Box::new(record));
-                        if let Some(mut stacks) = stacks {
-                            stacks.process.start_ns = start_ns;
-                            stacks.process.end_ns = end_ns;
-                            self.stacks.push((uri.to_string(), stacks));
-                        }
-                        (output, Some(stats))
+                let all_stacks = &mut self.stacks;
+                let counted = helper::run(|| {
+                    let counted = stopped.and_then(|()| {
+                        let stats = tracker.collect()?;
+                        Ok((stats, tracker.process()?, tracker.stacks()))
+                    });
+                    // Closed before anything else runs: the caller may time next.
+                    tracker.close();
+                    let (stats, record, stacks) = counted?;
+                    *process = Some(Box::new(record));
+                    if let Some(mut stacks) = stacks {
+                        stacks.process.start_ns = start_ns;
+                        stacks.process.end_ns = end_ns;
+                        all_stacks.push((uri.to_string(), stacks));
                     }
+                    Ok::<_, memtrack::Error>(stats)
+                });
+                match counted {
+                    Ok(stats) => (output, Some(stats)),
                     Err(e) => {
                         eprintln!("memtrack: {uri}: not counted: {e}");
                         (output, None)
@@ -329,8 +372,21 @@ impl Session {
     /// [--benchmark URI]` reads it). In-process only, after at least one counted
     /// iteration (otherwise `Ok(None)`). The files, and directories created for them,
     /// belong to the invoking user when this runs as root through sudo
-    /// ([`memtrack::sudo_invoker`]). Returns the result file's path.
+    /// ([`memtrack::sudo_invoker`]). Returns the result file's path. Runs on the
+    /// session's helper thread, as the tracker's work does.
     pub fn write_result(
+        &self,
+        dir: &Path,
+        benchmarks: &[BenchmarkStats],
+    ) -> memtrack::Result<Option<PathBuf>> {
+        if self.mode() != Mode::InProcess {
+            return Ok(None);
+        }
+        helper::run(|| self.write_result_here(dir, benchmarks))
+    }
+
+    /// [`write_result`](Self::write_result), on the calling thread.
+    fn write_result_here(
         &self,
         dir: &Path,
         benchmarks: &[BenchmarkStats],
@@ -459,6 +515,52 @@ mod tests {
         assert_eq!(id_path("group/fn/10"), PathBuf::from("group/fn/10"));
         assert_eq!(id_path("a b:c"), PathBuf::from("a_b_c"));
         assert_eq!(id_path("../x//y"), PathBuf::from("_/x/_/y"));
+    }
+
+    /// In-process, counting a routine and saving its result allocates nothing on the
+    /// calling thread but what the routine does: the tracker's work and the result file
+    /// are the helper thread's, so the benchmark's thread keeps its heap as it was.
+    #[test]
+    fn in_process_the_calling_thread_allocates_only_what_the_routine_does() {
+        let mut session = Session {
+            backend: Backend::InProcess { process: None },
+            measured: HashMap::new(),
+            recorded: Vec::new(),
+            stacks: Vec::new(),
+        };
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // Started beforehand: starting the helper thread allocates on this one.
+        helper::run(|| ());
+        let counted = memtrack::testing::count_with(memtrack::testing::test_tracker(), || {
+            session.note("routine");
+            let counted = session
+                .record("routine", || drop(std::hint::black_box(vec![0u8; 100])))
+                .is_some();
+            let saved = session.write_result(dir.path(), &session.recorded);
+            (counted, saved)
+        });
+        let Some(((counted, saved), here)) = counted else {
+            return; // no privileges: said on stderr
+        };
+        let here = (
+            here.alloc_calls,
+            here.bytes_allocated,
+            here.free_calls,
+            here.bytes_freed,
+        );
+        assert_eq!(here, (1, 100, 1, 100), "this thread's calls");
+        assert!(counted, "counted in-process");
+        let stats = &session.recorded[0].stats;
+        let session_counts = (stats.alloc_calls, stats.bytes_allocated, stats.free_calls);
+        assert_eq!(
+            session_counts,
+            (1, 100, 1),
+            "the session's count of the routine"
+        );
+        assert_eq!(session.recorded.len(), 1);
+        assert!(session.was_measured("routine"));
+        let saved = saved.expect("saved").expect("a result file");
+        assert!(saved.starts_with(dir.path()), "{saved:?}");
     }
 
     #[test]
