@@ -142,8 +142,6 @@ min() {
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
-tracked() { "$1" run --replace -o "$WORK/out" -- "${@:2}"; }
-heaptracked() { heaptrack -o "$WORK/heaptrack.out" "$@"; }
 
 setups=(untracked memtrack)
 [ -n "$BEFORE" ] && setups+=(before)
@@ -154,9 +152,9 @@ run_setup() {
     read -a cmd <<< "$2"  # no -r: "\\ " keeps a space inside an argument
     case "$setup" in
         untracked) seconds "${cmd[@]}" ;;
-        memtrack) seconds tracked "$MEMTRACK" "${cmd[@]}" ;;
-        before) seconds tracked "$BEFORE" "${cmd[@]}" ;;
-        heaptrack) seconds heaptracked "${cmd[@]}" ;;
+        memtrack) seconds "$MEMTRACK" run --replace -o "$WORK/out" -- "${cmd[@]}" ;;
+        before) seconds "$BEFORE" run --replace -o "$WORK/out" -- "${cmd[@]}" ;;
+        heaptrack) seconds heaptrack -o "$WORK/heaptrack.out" "${cmd[@]}" ;;
     esac
 }
 
@@ -226,8 +224,8 @@ fi
 u=() m=() b=()
 for _ in $(seq $((10 * RUNS))); do
     u+=("$(seconds /bin/true)")
-    m+=("$(seconds tracked "$MEMTRACK" /bin/true)")
-    [ -n "$BEFORE" ] && b+=("$(seconds tracked "$BEFORE" /bin/true)")
+    m+=("$(seconds "$MEMTRACK" run --replace -o "$WORK/out" -- /bin/true)")
+    [ -n "$BEFORE" ] && b+=("$(seconds "$BEFORE" run --replace -o "$WORK/out" -- /bin/true)")
 done
 ms() { awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }'; }
 row="| $(ms "$(median "${u[@]}")") ($(ms "$(min "${u[@]}")")) | $(ms "$(median "${m[@]}")") ($(ms "$(min "${m[@]}")")) |"
