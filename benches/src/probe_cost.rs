@@ -54,7 +54,7 @@ fn alloc_loop(session: &Session, name: &str, mode: &str, ops: u64, expected: Cou
 }
 
 /// `ops` blocks of 64 + i % 100 bytes, each freed.
-fn pairs(ops: u64) -> Counts {
+pub(crate) fn pairs(ops: u64) -> Counts {
     Counts {
         alloc_calls: ops,
         free_calls: ops,
@@ -63,7 +63,7 @@ fn pairs(ops: u64) -> Counts {
 }
 
 /// Adds one run's `key` field (wall) and `cpu_<key>` field (CPU) to `per_op`.
-fn record(per_op: &mut PerOp, out: &Output, key: &str) -> BenchResult<()> {
+pub(crate) fn record(per_op: &mut PerOp, out: &Output, key: &str) -> BenchResult<()> {
     per_op.wall.push(out.get(key)?);
     per_op.cpu.push(out.get(&format!("cpu_{key}"))?);
     Ok(())

@@ -16,9 +16,9 @@ use memtrack::{
 
 use crate::{
     BenchResult,
-    probe_cost::PerOp,
+    probe_cost::{PerOp, pairs, record},
     session::Session,
-    workload::{Counts, Output, Workload, loop_bytes},
+    workload::{Counts, Output, Workload},
 };
 
 /// Recursion levels below `main` in the deep workload: with malloc's caller, main and
@@ -160,19 +160,8 @@ fn deep(session: &Session, name: &str, mode: &str, ops: u64) -> Workload {
         program: session.programs.deep_loops.clone(),
         args: vec![mode.to_string(), LEVELS.to_string(), ops.to_string()],
         baseline_args: vec![mode.to_string(), LEVELS.to_string(), "0".to_string()],
-        expected: Counts {
-            alloc_calls: ops,
-            free_calls: ops,
-            bytes_allocated: loop_bytes(ops, 64),
-        },
+        expected: pairs(ops),
     }
-}
-
-/// Adds one run's `key` (wall) and `cpu_key` (CPU) fields to `per_op`.
-fn record(per_op: &mut PerOp, out: &Output, key: &str) -> BenchResult<()> {
-    per_op.wall.push(out.get(key)?);
-    per_op.cpu.push(out.get(&format!("cpu_{key}"))?);
-    Ok(())
 }
 
 /// Runs `workload` once in `setup` (stacks off, or a depth), checking its stacks.
@@ -224,17 +213,7 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
         }
     }
     let (t, n) = (s.threads, s.thread_ops);
-    let threads = Workload {
-        name: format!("{t} threads x malloc+free"),
-        program: session.programs.threads.clone(),
-        args: vec![t.to_string(), n.to_string()],
-        baseline_args: vec![t.to_string(), "0".to_string()],
-        expected: Counts {
-            alloc_calls: t * n,
-            free_calls: t * n,
-            bytes_allocated: t * loop_bytes(n, 64),
-        },
-    };
+    let threads = crate::threads::workload(session);
     let pairs = (t * n) as f64;
     let mut threads_per_pair = PerOp::default();
     let mut threads_off_per_pair = PerOp::default();

@@ -32,11 +32,11 @@ pub struct ThreadsResult {
     pub tracked_cpu_ns: Samples,
 }
 
-/// Runs `threads T N` untracked and tracked, alternating.
-pub fn run(session: &mut Session) -> BenchResult<ThreadsResult> {
-    let s = session.settings.clone();
-    let (t, n) = (s.threads, s.thread_ops);
-    let workload = Workload {
+/// The `threads T N` workload of the session's settings: T threads of N malloc+free
+/// pairs each (benchmark 5, and benchmark 6 with stacks).
+pub(crate) fn workload(session: &Session) -> Workload {
+    let (t, n) = (session.settings.threads, session.settings.thread_ops);
+    Workload {
         name: format!("{t} threads x malloc+free"),
         program: session.programs.threads.clone(),
         args: vec![t.to_string(), n.to_string()],
@@ -46,7 +46,14 @@ pub fn run(session: &mut Session) -> BenchResult<ThreadsResult> {
             free_calls: t * n,
             bytes_allocated: t * loop_bytes(n, 64),
         },
-    };
+    }
+}
+
+/// Runs `threads T N` untracked and tracked, alternating.
+pub fn run(session: &mut Session) -> BenchResult<ThreadsResult> {
+    let s = session.settings.clone();
+    let (t, n) = (s.threads, s.thread_ops);
+    let workload = workload(session);
     let mut result = ThreadsResult {
         threads: t,
         ops_per_thread: n,
