@@ -13,43 +13,18 @@ use std::{path::Path, process::Command};
 
 use memtrack::{
     BenchmarkStats, CommandSpec, RunResults, Stats,
-    stacks::{MAX_DEPTH, ProcessStacks, StackCounts, stacks_file_name},
+    stacks::{MAX_DEPTH, ProcessStacks, stacks_file_name},
 };
 use memtrack_cli::{runner::RunOptions, stack_profile::read_stacks};
-use memtrack_test_support::require_privileges;
+use memtrack_test_support::{require_privileges, stack_flows, stats_flows};
 
 mod common;
 use common::text;
 
 const SUITE: &str = env!("CARGO_BIN_EXE_divan_suite");
 
-/// (alloc blocks, alloc bytes, freed blocks, freed bytes, live blocks, live bytes, at
-/// peak bytes).
-type Flows = [u64; 7];
-
-fn flows(c: &StackCounts) -> Flows {
-    [
-        c.alloc_blocks,
-        c.alloc_bytes,
-        c.freed_blocks,
-        c.freed_bytes,
-        c.live_blocks,
-        c.live_bytes,
-        c.at_peak_bytes,
-    ]
-}
-
-fn stats_flows(s: &Stats) -> Flows {
-    [
-        s.alloc_calls,
-        s.bytes_allocated,
-        s.free_calls,
-        s.bytes_freed,
-        s.live_blocks,
-        s.live_bytes,
-        s.peak_live_bytes,
-    ]
-}
+/// Counters as `stack_flows` gives them.
+type Flows = [u64; 8];
 
 /// Checks that `stacks` has one region per benchmark, in order, each adding up to the
 /// benchmark's counters and the process scope to their sum; returns each region's
@@ -64,9 +39,10 @@ fn check_regions(stacks: &ProcessStacks, benchmarks: &[BenchmarkStats]) -> Vec<V
     for (region, bench) in stacks.regions.iter().zip(benchmarks) {
         // Frees of pointers never seen allocated (glibc's thread teardown in
         // thread_4k) are neither blocks released nor charged to a stack.
+        let total = region.counters.total();
         assert_eq!(
-            flows(&region.counters.total()),
-            stats_flows(&bench.stats),
+            stack_flows(&total),
+            stats_flows(&bench.stats, total.at_peak_blocks),
             "region {}: {:#?}",
             region.uri,
             region.counters
@@ -76,13 +52,14 @@ fn check_regions(stacks: &ProcessStacks, benchmarks: &[BenchmarkStats]) -> Vec<V
             .counters
             .entries
             .iter()
-            .map(|e| flows(&e.counts))
+            .map(|e| stack_flows(&e.counts))
             .collect();
         each.sort();
         per_region.push(each);
         sum.merge(&bench.stats);
     }
-    assert_eq!(flows(&stacks.process.total()), stats_flows(&sum));
+    let total = stacks.process.total();
+    assert_eq!(stack_flows(&total), stats_flows(&sum, total.at_peak_blocks));
     per_region
 }
 

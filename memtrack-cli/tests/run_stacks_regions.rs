@@ -9,45 +9,17 @@
 use std::process::Command;
 
 use memtrack::{
-    MemtrackResult, Stats,
-    stacks::{ProcessStacks, ScopeStacks, StackCounts, stacks_file_name},
+    MemtrackResult,
+    stacks::{ProcessStacks, ScopeStacks, stacks_file_name},
 };
 use memtrack_cli::stack_profile::read_stacks;
-use memtrack_test_support::{compile_c, dhat_function_names, repo_dir, require_privileges};
+use memtrack_test_support::{
+    compile_c, dhat_function_names, repo_dir, require_privileges, stack_flows, stats_flows,
+};
 use serde_json::Value;
 
 fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))
-}
-
-/// (alloc blocks, alloc bytes, freed blocks, freed bytes, live blocks, live bytes, at
-/// peak blocks, at peak bytes) of a scope's total or of one stack.
-fn flows(c: &StackCounts) -> [u64; 8] {
-    [
-        c.alloc_blocks,
-        c.alloc_bytes,
-        c.freed_blocks,
-        c.freed_bytes,
-        c.live_blocks,
-        c.live_bytes,
-        c.at_peak_blocks,
-        c.at_peak_bytes,
-    ]
-}
-
-/// The same of a result's counters (blocks at peak are not in `Stats`: taken from the
-/// stacks' total).
-fn stats_flows(s: &Stats, at_peak_blocks: u64) -> [u64; 8] {
-    [
-        s.alloc_calls,
-        s.bytes_allocated,
-        s.free_calls,
-        s.bytes_freed,
-        s.live_blocks,
-        s.live_bytes,
-        at_peak_blocks,
-        s.peak_live_bytes,
-    ]
 }
 
 /// The one stack of a scope that has exactly one, with its counters.
@@ -56,7 +28,7 @@ fn only_stack(stacks: &ProcessStacks, scope: &ScopeStacks) -> (u32, [u64; 8]) {
     assert!(scope.lost.is_zero(), "{scope:#?}");
     let entry = &scope.entries[0];
     assert!((entry.stack as usize) < stacks.stacks.len());
-    (entry.stack, flows(&entry.counts))
+    (entry.stack, stack_flows(&entry.counts))
 }
 
 #[test]
@@ -108,7 +80,7 @@ fn stacks_per_benchmark_region_equal_each_region_and_add_up_to_the_process() {
         let (id, got) = only_stack(&stacks, &region.counters);
         assert_eq!(got, want, "{}", region.uri);
         assert_eq!(
-            flows(&region.counters.total()),
+            stack_flows(&region.counters.total()),
             stats_flows(&bench.stats, want[6]),
             "{}",
             region.uri
@@ -130,10 +102,10 @@ fn stacks_per_benchmark_region_equal_each_region_and_add_up_to_the_process() {
     assert_eq!(process.entries.len(), 3);
     let total = process.total();
     assert_eq!(
-        flows(&total),
+        stack_flows(&total),
         [210, 20_640, 200, 20_000, 10, 640, 100, 10_000]
     );
-    assert_eq!(flows(&total), stats_flows(&result.stats, 100));
+    assert_eq!(stack_flows(&total), stats_flows(&result.stats, 100));
     assert_eq!(process.peak_ns, regions[1].peak_ns);
     assert_eq!(Some(result.stats.peak_time_ns), regions[1].peak_ns);
     for entry in &process.entries {
@@ -147,7 +119,11 @@ fn stacks_per_benchmark_region_equal_each_region_and_add_up_to_the_process() {
             want[6] = 0;
             want[7] = 0;
         }
-        assert_eq!(flows(&entry.counts), want, "the stack of region {region}");
+        assert_eq!(
+            stack_flows(&entry.counts),
+            want,
+            "the stack of region {region}"
+        );
         assert_eq!(
             entry.counts.max_live_bytes,
             [10_000, 10_000, 640][region],

@@ -151,6 +151,37 @@ pub fn i386_exit_program(dir: &Path, code: u8) -> PathBuf {
     program
 }
 
+/// A stack's (or a scope's total) counters as (alloc blocks, alloc bytes, freed blocks,
+/// freed bytes, live blocks, live bytes, at-peak blocks, at-peak bytes), to compare with
+/// [`stats_flows`] of the counters they must add up to.
+pub fn stack_flows(c: &memtrack::stacks::StackCounts) -> [u64; 8] {
+    [
+        c.alloc_blocks,
+        c.alloc_bytes,
+        c.freed_blocks,
+        c.freed_bytes,
+        c.live_blocks,
+        c.live_bytes,
+        c.at_peak_blocks,
+        c.at_peak_bytes,
+    ]
+}
+
+/// The same of a process's or benchmark's counters. `Stats` has no blocks at peak:
+/// `at_peak_blocks` fills that place (the stacks' own, or a known value).
+pub fn stats_flows(s: &memtrack::Stats, at_peak_blocks: u64) -> [u64; 8] {
+    [
+        s.alloc_calls,
+        s.bytes_allocated,
+        s.free_calls,
+        s.bytes_freed,
+        s.live_blocks,
+        s.live_bytes,
+        at_peak_blocks,
+        s.peak_live_bytes,
+    ]
+}
+
 /// The function names of the frames of program point `pp` in DHAT JSON file `file`
 /// (valgrind's or memtrack's export), innermost first: each frame's `ftbl` entry
 /// `"0x1091C8: decode (a.c:4)"` gives `decode`.
