@@ -4,7 +4,7 @@
 //! their sum as the process's scope, as the process's result holds its regions and
 //! their sum ([`Stats::merge`](crate::Stats::merge)).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, hash::Hash};
 
 use crate::stacks::{
     Frame, ObjectId, ProcessStacks, RegionStacks, ScopeStacks, Stack, StackCounts, StackEntry,
@@ -45,53 +45,43 @@ impl ProcessStacks {
 
     /// Adds `objects` to this table; returns each one's id here.
     fn join_objects(&mut self, objects: &[StackObject]) -> Vec<ObjectId> {
-        let mut known: HashMap<StackObject, ObjectId> = self
-            .objects
-            .iter()
-            .enumerate()
-            .map(|(i, o)| (o.clone(), i as ObjectId))
-            .collect();
-        objects
-            .iter()
-            .map(|object| {
-                *known.entry(object.clone()).or_insert_with(|| {
-                    self.objects.push(object.clone());
-                    (self.objects.len() - 1) as ObjectId
-                })
-            })
-            .collect()
+        join(&mut self.objects, objects.iter().cloned())
     }
 
     /// Adds `stacks` (their frames pointing at objects by `objects`' ids) to this
     /// table; returns each one's id here.
     fn join_stacks(&mut self, stacks: &[Stack], objects: &[ObjectId]) -> Vec<StackId> {
-        let mut known: HashMap<Stack, StackId> = self
-            .stacks
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.clone(), i as StackId))
-            .collect();
-        stacks
-            .iter()
-            .map(|stack| {
-                let moved = Stack {
-                    frames: stack
-                        .frames
-                        .iter()
-                        .map(|f| Frame {
-                            object: f.object.map(|o| objects[o as usize]),
-                            ..*f
-                        })
-                        .collect(),
-                    end: stack.end,
-                };
-                *known.entry(moved.clone()).or_insert_with(|| {
-                    self.stacks.push(moved);
-                    (self.stacks.len() - 1) as StackId
+        let moved = stacks.iter().map(|stack| Stack {
+            frames: stack
+                .frames
+                .iter()
+                .map(|f| Frame {
+                    object: f.object.map(|o| objects[o as usize]),
+                    ..*f
                 })
-            })
-            .collect()
+                .collect(),
+            end: stack.end,
+        });
+        join(&mut self.stacks, moved)
     }
+}
+
+/// Adds each of `items` to `table` unless an equal one is there (each distinct item
+/// once); returns each item's index in `table`.
+fn join<T: Clone + Eq + Hash>(table: &mut Vec<T>, items: impl Iterator<Item = T>) -> Vec<u32> {
+    let mut known: HashMap<T, u32> = table
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    items
+        .map(|item| {
+            *known.entry(item.clone()).or_insert_with(|| {
+                table.push(item);
+                (table.len() - 1) as u32
+            })
+        })
+        .collect()
 }
 
 /// Adds `other` (a scope whose stack ids are already this table's) to `total`.
