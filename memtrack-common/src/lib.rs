@@ -128,19 +128,21 @@ pub mod cookie {
 /// looks maps up by these constants; memtrack-core's loader.rs tests `ebpf_object_*`
 /// check the shipped object against them (name, map type, key and value sizes).
 pub mod map_names {
-    /// tgid -> [`TrackState`](super::TrackState).
+    /// Array, slot -> [`ProcessSlot`](super::ProcessSlot): which process owns the slot
+    /// and whether it is counted.
     pub const TRACKED: &str = "TRACKED";
-    /// tgid -> [`PidStats`](super::PidStats).
+    /// tgid -> its slot in [`TRACKED`] and [`STATS`] (a thread looks it up once and
+    /// keeps it in its [`ThreadState`](super::ThreadState)).
+    pub const SLOTS: &str = "SLOTS";
+    /// Array, slot -> [`PidStats`](super::PidStats).
     pub const STATS: &str = "STATS";
     /// [`LiveKey`](super::LiveKey) -> [`LiveBlock`](super::LiveBlock): a live block's
     /// requested size and stack id.
     pub const LIVE: &str = "LIVE";
-    /// pid_tgid -> [`Pending`](super::Pending).
-    pub const PENDING: &str = "PENDING";
+    /// Task storage, thread -> [`ThreadState`](super::ThreadState) (the eBPF side's own).
+    pub const THREADS: &str = "THREADS";
     /// [`global`](super::global) slot -> count.
     pub const GLOBAL: &str = "GLOBAL";
-    /// pid_tgid -> the last pointer the thread released (the eBPF side's own).
-    pub const FREE_MARK: &str = "FREE_MARK";
     /// [`UnwindRow`](super::unwind::UnwindRow)s of every object's table, one array.
     pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
     /// tgid -> [`ProcessMappings`](super::stacks::ProcessMappings).
@@ -260,6 +262,29 @@ pub struct TrackState {
     pub enabled: u32,
     /// Zero: all threads. Otherwise the only thread id whose calls are counted.
     pub tid: u32,
+}
+
+/// Value of the `TRACKED` array (index: the slot user space gives each tracked process;
+/// the `STATS` array holds the process's counters at the same index).
+///
+/// A process is probed only while it owns a slot. Its threads find the slot once
+/// through the `SLOTS` hash map and keep it, with its `generation`, in their
+/// [`ThreadState`]: a slot whose `tgid` is no longer theirs sends them back to `SLOTS`,
+/// and a new `generation` (user space bumps it at every reset of the counters) makes
+/// them forget their call in progress and their last release.
+///
+/// Arrays because the verifier inlines an array lookup (a bounds check and an add),
+/// where a hash lookup is a kernel function call, dear with this CPU's return-thunk
+/// mitigations (BENCHMARKS.md).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessSlot {
+    /// The process (tgid) owning the slot; 0: free.
+    pub tgid: u32,
+    /// Changes whenever the slot's counters are reset (never 0 for an owned slot).
+    pub generation: u32,
+    /// Whether and which threads are counted.
+    pub state: TrackState,
 }
 
 /// Per-function counters inside [`PidStats`].
@@ -393,10 +418,15 @@ pub struct LiveKey {
 /// Value of the `LIVE` map: one live block. The stack id lives beside the size, so a
 /// release finds both in the one lookup it makes anyway (a second map keyed by the block
 /// cost every free a second lookup and delete with stacks on).
+///
+/// A released block's entry is not deleted at once: its `size` becomes
+/// [`LiveBlock::RELEASED`], and the thread that released it deletes it later, unless the
+/// address is handed out again first (memtrack-ebpf's account.rs says why). Readers of
+/// the map skip entries that are not [`LiveBlock::is_live`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LiveBlock {
-    /// Requested size in bytes.
+    /// Requested size in bytes, or [`LiveBlock::RELEASED`] / [`LiveBlock::DELETING`].
     pub size: u64,
     /// The stack id of the allocation (`stacks::NO_STACK` with stacks off,
     /// `stacks::LOST_STACK` when its stack was lost).
@@ -405,12 +435,25 @@ pub struct LiveBlock {
     pub _pad: u32,
 }
 
-/// Value of the `PENDING` map (key: `pid_tgid` of the calling thread): the arguments of
-/// an allocator call between its entry and its return probe.
+impl LiveBlock {
+    /// `size` of an entry whose block was released and whose deletion is deferred.
+    pub const RELEASED: u64 = u64::MAX;
+    /// `size` of a released entry a thread is deleting now.
+    pub const DELETING: u64 = u64::MAX - 1;
+
+    /// Whether the entry is a live block (not released).
+    pub const fn is_live(&self) -> bool {
+        self.size < Self::DELETING
+    }
+}
+
+/// The arguments of an allocator call between its entry and its return probe, kept in
+/// the calling thread's [`ThreadState`].
 ///
 /// `depth` counts nested probed calls on the thread (glibc's `realloc(NULL, n)` calls
 /// `malloc`, `realloc(p, 0)` calls `free`, `reallocarray` calls `realloc`): only the
-/// outermost call is accounted, so a block is counted once.
+/// outermost call is accounted, so a block is counted once. `depth == 0`: no call in
+/// progress.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -449,6 +492,43 @@ pub struct Pending {
     pub entry_sp: u64,
 }
 
+/// A thread's last release: the pointer, the free-like function's counter slot, and the
+/// stack pointer at that function's entry (an address). See memtrack-ebpf's
+/// `account::release`: a release of the same pointer through another function, no
+/// higher on the stack, is that release forwarded, not one of its own.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseMark {
+    /// The released pointer (0: none).
+    pub ptr: u64,
+    /// Counter slot of the function that released it (`cookie::func`).
+    pub func: u32,
+    /// Always zero (explicit padding).
+    pub _pad: u32,
+    /// Stack pointer at the function's entry.
+    pub entry_sp: u64,
+}
+
+/// Value of the `THREADS` task storage: one thread's own state, which only that thread
+/// reads and writes (no atomics needed), created at its first probed call and freed by
+/// the kernel with the thread. Replaces a hash insert and delete per allocation (the
+/// call in progress) and an LRU insert per release (the last release).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    /// The thread's process's slot in `TRACKED`/`STATS`, as last looked up.
+    pub slot: u32,
+    /// The slot's [`ProcessSlot::generation`] when `pending` and `mark` were written.
+    pub generation: u32,
+    /// The outermost allocator call in progress (`depth == 0`: none).
+    pub pending: Pending,
+    /// The last release.
+    pub mark: ReleaseMark,
+    /// Address of the block this thread released last whose `LIVE` entry it left as a
+    /// tombstone ([`LiveBlock::RELEASED`]) to delete later; 0: none.
+    pub released: u64,
+}
+
 /// Bits of [`Pending::flags`].
 pub mod pending_flags {
     /// nmemb*size overflowed: the call must fail.
@@ -461,8 +541,9 @@ pub mod pending_flags {
 pub mod global {
     /// Events of a tracked process whose `STATS` entry was missing.
     pub const MISSING_STATS: u32 = 0;
-    /// `PENDING` inserts that failed (map full).
-    pub const PENDING_FULL: u32 = 1;
+    /// Threads whose `THREADS` entry could not be created (the kernel's allocation
+    /// failed): their calls were not counted.
+    pub const THREAD_STATE_FAILED: u32 = 1;
     /// The last stack id handed out (ids start at 1).
     pub const LAST_STACK_ID: u32 = 2;
     /// Allocations whose per-stack counters could not be stored (`STACK_COUNTS` full).
@@ -473,10 +554,8 @@ pub mod global {
 
 /// Default capacity of the `LIVE` map (live blocks across all tracked processes).
 pub const DEFAULT_MAX_LIVE_BLOCKS: u32 = 1 << 20;
-/// Capacity of the `TRACKED` and `STATS` maps (processes tracked at once).
+/// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;
-/// Capacity of the `PENDING` map (threads inside an allocator call at once).
-pub const MAX_PENDING_CALLS: u32 = 16384;
 
 pub mod stacks;
 pub mod unwind;
@@ -489,7 +568,10 @@ mod pod {
     unsafe impl aya::Pod for super::PidStats {}
     unsafe impl aya::Pod for super::LiveKey {}
     unsafe impl aya::Pod for super::LiveBlock {}
+    unsafe impl aya::Pod for super::ProcessSlot {}
     unsafe impl aya::Pod for super::Pending {}
+    unsafe impl aya::Pod for super::ReleaseMark {}
+    unsafe impl aya::Pod for super::ThreadState {}
     unsafe impl aya::Pod for super::FuncCounters {}
     unsafe impl aya::Pod for super::unwind::UnwindRow {}
     unsafe impl aya::Pod for super::stacks::StackKey {}

@@ -45,16 +45,17 @@ pub const UNWIND_PROG_SLOT: u32 = 0;
 /// from one program of the chain to the next (a tail-called program starts with no
 /// registers or stack of its caller). The frames stored so far are in `STACK_SCRATCH`.
 ///
-/// The entry program records the call's `Pending` entry (with stack id
-/// [`LOST_STACK`]) before it walks, since it does not resume after a tail call; the
-/// program that ends the walk interns the stack and writes its id into that entry. A
+/// The entry program records the call's `Pending` entry in the thread's `ThreadState`
+/// (with stack id [`LOST_STACK`]) before it walks, since it does not resume after a tail
+/// call; the program that ends the walk interns the stack and writes its id into that
+/// entry. A
 /// chain cut short (a tail call that fails, or this state taken over by another
 /// thread's walk) leaves the entry's [`LOST_STACK`]: the block counts as lost, never
 /// under a wrong stack.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkState {
-    /// `pid_tgid` of the thread whose stack this is (the key of its `Pending` entry).
+    /// `pid_tgid` of the thread whose stack this is (whose `ThreadState` holds the call).
     pub owner: u64,
     /// The pending call's stack pointer at function entry (an address): which call of
     /// the thread the stack id belongs to.

@@ -205,6 +205,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// Every slot for tracked processes is taken.
+    #[error(
+        "cannot track process {pid}: {max} processes are tracked at once already (the \
+         most one tracker can track)"
+    )]
+    TooManyProcesses {
+        /// The process that got no slot.
+        pid: u32,
+        /// How many processes one tracker tracks at once.
+        max: u32,
+    },
+
     /// A live-block capacity outside what the kernel can make a map of.
     #[error(
         "a live-block map of {requested} blocks is impossible: the capacity must be 1 to \

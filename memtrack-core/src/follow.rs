@@ -503,9 +503,6 @@ impl FollowState {
     }
 
     fn on_exit(&mut self, tid: u32, code: Option<i32>, signal: Option<i32>) {
-        if debug_follow() {
-            self.shared.engine.lock().debug_pending();
-        }
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };

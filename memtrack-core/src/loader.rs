@@ -18,7 +18,10 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use memtrack_common::{LiveBlock, LiveKey, PidStats, TrackState, global, map_names, program_names};
+use memtrack_common::{
+    LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, TrackState, global,
+    map_names, program_names,
+};
 use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
@@ -147,10 +150,13 @@ struct ProcessLinks {
 /// The loaded eBPF object, its maps, and the links attached per process.
 pub(crate) struct Engine {
     ebpf: Ebpf,
-    tracked: HashMap<MapData, u32, TrackState>,
-    stats: HashMap<MapData, u32, PidStats>,
+    tracked: Array<MapData, ProcessSlot>,
+    slot_map: HashMap<MapData, u32, u32>,
+    stats: Array<MapData, PidStats>,
     live: HashMap<MapData, LiveKey, LiveBlock>,
     global: Array<MapData, u64>,
+    /// Which slot of `tracked`/`stats` each process owns.
+    slots: Slots,
     /// Thread id -> the signal the loader hook stopped it with.
     ld_hook_stops: HashMap<MapData, u32, u32>,
     /// tgid -> loader hook hits that did not stop the thread.
@@ -165,6 +171,38 @@ pub(crate) struct Engine {
     sites: std::collections::HashMap<(PathBuf, u64), Site>,
     /// Stack tables and counters (None: stacks off).
     stacks: Option<crate::kernel_stacks::KernelStacks>,
+}
+
+/// The slots of the TRACKED and STATS arrays (see `memtrack_common::ProcessSlot`): which
+/// process owns which, and the generation each was last given.
+struct Slots {
+    owned: BTreeMap<u32, OwnedSlot>,
+    /// Free slots, taken from the end.
+    free: Vec<u32>,
+    /// The last generation handed out (generations are never 0).
+    generation: u32,
+}
+
+/// One process's slot.
+#[derive(Clone, Copy)]
+struct OwnedSlot {
+    index: u32,
+    value: ProcessSlot,
+}
+
+impl Slots {
+    fn new() -> Self {
+        Slots {
+            owned: BTreeMap::new(),
+            free: (0..MAX_TRACKED_PROCESSES).rev().collect(),
+            generation: 0,
+        }
+    }
+
+    fn next_generation(&mut self) -> u32 {
+        self.generation = self.generation.wrapping_add(1).max(1);
+        self.generation
+    }
 }
 
 /// Where one function's probes go.
@@ -209,6 +247,9 @@ impl Engine {
         // loading the object without `EbpfLoader` is what would save it.
         loader
             .btf(None)
+            // The per-thread task storage (THREADS), which aya 0.14 creates but has no
+            // type for.
+            .allow_unsupported_maps()
             .map_max_entries(map_names::LIVE, max_live_blocks);
         if stacks.is_some() {
             // With stacks off these maps keep the object's single entry: nothing is
@@ -249,6 +290,7 @@ impl Engine {
         }
 
         let tracked = take_map(&mut ebpf, map_names::TRACKED)?;
+        let slot_map = take_map(&mut ebpf, map_names::SLOTS)?;
         let stats = take_map(&mut ebpf, map_names::STATS)?;
         let live = take_map(&mut ebpf, map_names::LIVE)?;
         let global = take_map(&mut ebpf, map_names::GLOBAL)?;
@@ -262,9 +304,11 @@ impl Engine {
             stacks,
             ebpf,
             tracked,
+            slot_map,
             stats,
             live,
             global,
+            slots: Slots::new(),
             ld_hook_stops,
             ld_hook_misses,
             processes: BTreeMap::new(),
@@ -481,14 +525,67 @@ impl Engine {
         crate::detach::close_later(links.links);
     }
 
-    /// Sets whether (and which threads of) `pid` are counted.
-    pub(crate) fn set_state(&mut self, pid: u32, state: TrackState) -> Result<()> {
-        self.tracked
-            .insert(pid, state, 0)
-            .map_err(map_err(map_names::TRACKED))
+    /// The slot of `pid`, given one (with its counters zeroed, counting off) if it has
+    /// none yet.
+    fn slot(&mut self, pid: u32) -> Result<OwnedSlot> {
+        if let Some(slot) = self.slots.owned.get(&pid) {
+            return Ok(*slot);
+        }
+        let index = self.slots.free.pop().ok_or(Error::TooManyProcesses {
+            pid,
+            max: MAX_TRACKED_PROCESSES,
+        })?;
+        let slot = OwnedSlot {
+            index,
+            value: ProcessSlot {
+                tgid: pid,
+                generation: self.slots.next_generation(),
+                state: TrackState::default(),
+            },
+        };
+        // Counters first, then the owner, then the way to it: a thread that finds the
+        // slot finds it zeroed and owned.
+        let written = self
+            .stats
+            .set(index, PidStats::ZERO, 0)
+            .map_err(map_err(map_names::STATS))
+            .and_then(|()| {
+                self.tracked
+                    .set(index, slot.value, 0)
+                    .map_err(map_err(map_names::TRACKED))
+            })
+            .and_then(|()| {
+                self.slot_map
+                    .insert(pid, index, 0)
+                    .map_err(map_err(map_names::SLOTS))
+            });
+        if let Err(e) = written {
+            let _ = self.tracked.set(index, ProcessSlot::default(), 0);
+            self.slots.free.push(index);
+            return Err(e);
+        }
+        self.slots.owned.insert(pid, slot);
+        Ok(slot)
     }
 
-    /// Stops probing `pid` in the kernel's eyes (its entry leaves the TRACKED map).
+    /// Writes the TRACKED entry of `slot` and remembers it.
+    fn write_slot(&mut self, pid: u32, slot: OwnedSlot) -> Result<()> {
+        self.tracked
+            .set(slot.index, slot.value, 0)
+            .map_err(map_err(map_names::TRACKED))?;
+        self.slots.owned.insert(pid, slot);
+        Ok(())
+    }
+
+    /// Sets whether (and which threads of) `pid` are counted. Allocates nothing for a
+    /// process that has a slot (start and stop come here).
+    pub(crate) fn set_state(&mut self, pid: u32, state: TrackState) -> Result<()> {
+        let mut slot = self.slot(pid)?;
+        slot.value.state = state;
+        self.write_slot(pid, slot)
+    }
+
+    /// Stops probing `pid` in the kernel's eyes (it gives up its slot).
     pub(crate) fn forget(&mut self, pid: u32) {
         if self.stacks.is_some() {
             let stats = self.read_stats(pid).ok();
@@ -497,37 +594,46 @@ impl Engine {
             }
         }
         let may_have_blocks = self.may_have_live_blocks(pid);
-        let _ = self.tracked.remove(&pid);
-        let _ = self.stats.remove(&pid);
+        if let Some(slot) = self.slots.owned.remove(&pid) {
+            // Owner first: a thread still running sees a free slot, not another's.
+            let _ = self.tracked.set(slot.index, ProcessSlot::default(), 0);
+            let _ = self.slot_map.remove(&pid);
+            self.slots.free.push(slot.index);
+        }
         let _ = self.ld_hook_misses.remove(&pid);
         if may_have_blocks {
             self.purge_live(pid);
         }
     }
 
-    /// Whether `LIVE` may hold blocks of `pid`, so that forgetting them needs a walk of
+    /// Whether `LIVE` may hold entries of `pid`, so that forgetting them needs a walk of
     /// the whole map (a million buckets by default, 5-11 ms here even when empty; a
     /// short process is forgotten at its start and at its end). No when its counters
-    /// say no block is live and nothing was lost, and no call can add one meanwhile (its
-    /// counting is off, or it is gone). A block is in `LIVE` only while it is counted
-    /// in `live_blocks`.
+    /// say no block is live, none was released (a release leaves its entry behind for
+    /// a while, `LiveBlock::RELEASED`) and nothing was lost, and no call can add one
+    /// meanwhile (its counting is off, or it is gone).
     fn may_have_live_blocks(&self, pid: u32) -> bool {
-        let counting = self.tracked.get(&pid, 0).is_ok_and(|s| s.enabled != 0);
-        let stats = match self.stats.get(&pid, 0) {
-            Ok(stats) => stats,
-            Err(aya::maps::MapError::KeyNotFound) => return counting,
-            Err(_) => return true,
+        let Some(slot) = self.slots.owned.get(&pid) else {
+            return false;
         };
-        counting || stats.live_blocks != 0 || stats.lost_events != 0
+        let counting = slot.value.state.enabled != 0;
+        let Ok(stats) = self.stats.get(&slot.index, 0) else {
+            return true;
+        };
+        counting || stats.live_blocks != 0 || stats.free_calls != 0 || stats.lost_events != 0
     }
 
     /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count
-    /// as unmatched, like blocks allocated before tracking).
+    /// as unmatched, like blocks allocated before tracking) and its threads' calls in
+    /// progress and last releases (a new generation of its slot).
     pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
         let may_have_blocks = self.may_have_live_blocks(pid);
+        let mut slot = self.slot(pid)?;
         self.stats
-            .insert(pid, PidStats::ZERO, 0)
+            .set(slot.index, PidStats::ZERO, 0)
             .map_err(map_err(map_names::STATS))?;
+        slot.value.generation = self.slots.next_generation();
+        self.write_slot(pid, slot)?;
         if self.ld_hook_misses.get(&pid, 0).is_ok() {
             self.ld_hook_misses
                 .insert(pid, 0, 0)
@@ -554,26 +660,15 @@ impl Engine {
         }
     }
 
-    /// Prints the calls in progress (debugging aid, MEMTRACK_DEBUG_FOLLOW).
-    pub(crate) fn debug_pending(&mut self) {
-        if let Some(map) = self.ebpf.map(map_names::PENDING) {
-            let pending: Result<HashMap<&MapData, u64, memtrack_common::Pending>, _> =
-                HashMap::try_from(map);
-            if let Ok(pending) = pending {
-                for entry in pending.iter().flatten() {
-                    eprintln!("memtrack: pending {:?}", entry);
-                }
-            }
-        }
-    }
-
-    /// The raw counters of `pid`; loader hook hits that did not stop the process (see
-    /// ld_hook.rs) are among its lost events.
+    /// The raw counters of `pid` (zero for a process without a slot); loader hook hits
+    /// that did not stop the process (see ld_hook.rs) are among its lost events.
     pub(crate) fn read_stats(&self, pid: u32) -> Result<PidStats> {
-        let mut stats = match self.stats.get(&pid, 0) {
-            Ok(stats) => stats,
-            Err(aya::maps::MapError::KeyNotFound) => PidStats::ZERO,
-            Err(source) => return Err(map_err(map_names::STATS)(source)),
+        let mut stats = match self.slots.owned.get(&pid) {
+            Some(slot) => self
+                .stats
+                .get(&slot.index, 0)
+                .map_err(map_err(map_names::STATS))?,
+            None => PidStats::ZERO,
         };
         stats.lost_events += self.ld_hook_misses(pid)?;
         Ok(stats)
@@ -589,13 +684,14 @@ impl Engine {
     }
 
     /// Events that could not be attributed to any tracked process (a tracked process
-    /// with no counters, a full pending map) or to a stack (a full stack counts map).
+    /// with no counters, a thread whose state could not be created) or to a stack (a
+    /// full stack counts map).
     /// `GLOBAL` also holds the last stack id handed out, which counts stacks, not
     /// losses: it is left out.
     pub(crate) fn unattributed_losses(&self) -> u64 {
         [
             global::MISSING_STATS,
-            global::PENDING_FULL,
+            global::THREAD_STATE_FAILED,
             global::STACK_COUNTS_FULL,
         ]
         .iter()
@@ -609,7 +705,10 @@ impl Engine {
     fn take_all_links(&mut self) -> Vec<Detachable> {
         let pids: Vec<u32> = self.processes.keys().copied().collect();
         for pid in pids {
-            let _ = self.tracked.remove(&pid);
+            if let Some(mut slot) = self.slots.owned.get(&pid).copied() {
+                slot.value.state = TrackState::default();
+                let _ = self.write_slot(pid, slot);
+            }
         }
         std::mem::take(&mut self.processes)
             .into_values()
@@ -824,7 +923,7 @@ mod tests {
 
     use aya_obj::{ProgramSection, generated::bpf_map_type};
     use memtrack_common::{
-        LiveBlock, LiveKey, Pending, PidStats, TrackState, map_names, program_names,
+        LiveBlock, LiveKey, PidStats, ProcessSlot, ThreadState, map_names, program_names,
     };
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
@@ -943,8 +1042,8 @@ mod tests {
         );
     }
 
-    /// Every map the loader takes out of the object (`Engine::load`, `debug_pending`),
-    /// with the map type, key and value it takes it as. A name changed on one side only,
+    /// Every map the loader takes out of the object (`Engine::load`) or that the
+    /// programs share with it, with the map type, key and value it takes it as. A name changed on one side only,
     /// or a key or value type changed without the other side, fails here rather than in
     /// `Engine::load` as root.
     #[test]
@@ -952,16 +1051,18 @@ mod tests {
         let hash = bpf_map_type::BPF_MAP_TYPE_HASH as u32;
         let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
         let prog_array = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
-        let expected: [(&str, u32, usize, usize); 8] = [
+        let task_storage = bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as u32;
+        let expected: [(&str, u32, usize, usize); 9] = [
             (
                 map_names::TRACKED,
-                hash,
+                array,
                 size_of::<u32>(),
-                size_of::<TrackState>(),
+                size_of::<ProcessSlot>(),
             ),
+            (map_names::SLOTS, hash, size_of::<u32>(), size_of::<u32>()),
             (
                 map_names::STATS,
-                hash,
+                array,
                 size_of::<u32>(),
                 size_of::<PidStats>(),
             ),
@@ -972,10 +1073,10 @@ mod tests {
                 size_of::<LiveBlock>(),
             ),
             (
-                map_names::PENDING,
-                hash,
-                size_of::<u64>(),
-                size_of::<Pending>(),
+                map_names::THREADS,
+                task_storage,
+                size_of::<i32>(),
+                size_of::<ThreadState>(),
             ),
             (map_names::GLOBAL, array, size_of::<u32>(), size_of::<u64>()),
             (

@@ -77,7 +77,9 @@ pub(crate) fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
         | Map::PerCpuArray(d)
         | Map::PerCpuHashMap(d)
         | Map::LruHashMap(d)
-        | Map::ProgramArray(d) => d,
+        | Map::ProgramArray(d)
+        // aya 0.14 has no type for task storage (THREADS), which it creates all the same.
+        | Map::Unsupported(d) => d,
         _ => return None,
     };
     Some(data.fd().as_fd())

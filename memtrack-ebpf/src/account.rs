@@ -7,14 +7,20 @@
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use memtrack_common::{
-    HISTOGRAM_BUCKETS, LiveBlock, LiveKey, NUM_FUNCS, Pending, PidStats, global,
+    HISTOGRAM_BUCKETS, LiveBlock, LiveKey, NUM_FUNCS, Pending, PidStats, ProcessSlot, ReleaseMark,
+    ThreadState, TrackState, global,
 };
 
 use crate::{
     atomics,
     global_count::global_bump,
-    maps::{FREE_MARK, FreeMark, LIVE, PENDING, STATS, TRACKED},
+    maps::{LIVE, SLOTS, STATS, THREADS, TRACKED},
 };
+
+/// `BPF_NOEXIST`: insert only if the key is absent.
+const BPF_NOEXIST: u64 = 1;
+/// `EEXIST`, which a refused `BPF_NOEXIST` insert returns negated.
+const EEXIST: i32 = 17;
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
 #[inline(always)]
@@ -28,26 +34,111 @@ pub fn tgid_of(pid_tgid: u64) -> u32 {
     (pid_tgid >> 32) as u32
 }
 
-/// Whether calls of this thread are counted now: its process is tracked, enabled, and the
-/// thread passes the thread filter.
+/// The slot of process `tgid` and what it holds, when the process is tracked: `hint`
+/// first (a thread's cached slot; an array read, no map call), else the `SLOTS` map.
 #[inline(always)]
-pub fn is_counted(pid_tgid: u64) -> bool {
-    let tgid = tgid_of(pid_tgid);
-    // SAFETY: the value is plain data read once.
-    match unsafe { TRACKED.get(&tgid) } {
-        Some(state) => state.enabled != 0 && (state.tid == 0 || state.tid == pid_tgid as u32),
-        None => false,
+fn slot_of(tgid: u32, hint: u32) -> Option<(u32, ProcessSlot)> {
+    if let Some(owner) = TRACKED.get(hint)
+        && owner.tgid == tgid
+    {
+        return Some((hint, *owner));
+    }
+    // SAFETY: plain u32 value read once.
+    let slot = unsafe { *SLOTS.get(&tgid)? };
+    let owner = *TRACKED.get(slot)?;
+    if owner.tgid == tgid {
+        Some((slot, owner))
+    } else {
+        None
     }
 }
 
-/// The counters of `tgid`, or `None` (counted in GLOBAL) when user space has none for it.
+/// Whether a thread's calls are counted under `state`.
 #[inline(always)]
-pub fn stats_of(tgid: u32) -> Option<*mut PidStats> {
-    let stats = STATS.get_ptr_mut(&tgid);
-    if stats.is_none() {
-        global_bump(global::MISSING_STATS);
+fn counts(state: &TrackState, pid_tgid: u64) -> bool {
+    state.enabled != 0 && (state.tid == 0 || state.tid == pid_tgid as u32)
+}
+
+/// One program run's view of the calling thread of a tracked process.
+pub struct Thread {
+    /// The thread's `pid_tgid`.
+    pub pid_tgid: u64,
+    /// Its own state (task storage: only this thread reads or writes it).
+    pub state: *mut ThreadState,
+    /// Its process's slot in `TRACKED` and `STATS`.
+    pub slot: u32,
+    /// Whether its calls are counted now.
+    pub counted: bool,
+}
+
+impl Thread {
+    /// The calling thread, if its process is tracked; with `create`, its state is made
+    /// at its first call (return probes and the unwinder never create: a thread without
+    /// state has no call in progress). A new slot generation (the counters were reset)
+    /// clears the call in progress, the last release and the deferred deletion.
+    #[inline(always)]
+    pub fn current(pid_tgid: u64, create: bool) -> Option<Thread> {
+        let state = THREADS.current(create);
+        if create && state.is_none() {
+            global_bump(global::THREAD_STATE_FAILED);
+        }
+        let state = state?;
+        // SAFETY (whole block): the entry is this thread's own, valid for the run.
+        unsafe {
+            let (slot, owner) = slot_of(tgid_of(pid_tgid), (*state).slot)?;
+            (*state).slot = slot;
+            if (*state).generation != owner.generation {
+                (*state).generation = owner.generation;
+                (*state).pending.depth = 0;
+                (*state).mark = ReleaseMark::default();
+                (*state).released = 0;
+            }
+            Some(Thread {
+                pid_tgid,
+                state,
+                slot,
+                counted: counts(&owner.state, pid_tgid),
+            })
+        }
     }
-    stats
+
+    /// The process id.
+    #[inline(always)]
+    pub fn tgid(&self) -> u32 {
+        tgid_of(self.pid_tgid)
+    }
+
+    /// The process's counters (`None`, counted in GLOBAL, cannot happen for a slot
+    /// below the array's size).
+    #[inline(always)]
+    pub fn stats(&self) -> Option<*mut PidStats> {
+        let stats = STATS.get_ptr_mut(self.slot);
+        if stats.is_none() {
+            global_bump(global::MISSING_STATS);
+        }
+        stats
+    }
+
+    /// The counters when the thread's calls are counted now.
+    #[inline(always)]
+    pub fn counted_stats(&self) -> Option<*mut PidStats> {
+        if self.counted { self.stats() } else { None }
+    }
+}
+
+/// Whether a process that is not known per thread (the syscall counter runs for every
+/// thread on the machine, and must not create state for them) is counted now, and its
+/// counters.
+#[inline(always)]
+pub fn counted_process_stats(pid_tgid: u64) -> Option<*mut PidStats> {
+    let tgid = tgid_of(pid_tgid);
+    // SAFETY: plain u32 value read once.
+    let slot = unsafe { *SLOTS.get(&tgid)? };
+    let owner = TRACKED.get(slot)?;
+    if owner.tgid != tgid || !counts(&owner.state, pid_tgid) {
+        return None;
+    }
+    STATS.get_ptr_mut(slot)
 }
 
 /// What an entry probe found about calls already in progress on its thread.
@@ -64,12 +155,13 @@ pub enum Nesting {
 /// as a failed allocation. With `count_depth`, a nested call adds a nesting level (its
 /// return probe will remove it); free-like functions have no return probe.
 #[inline(always)]
-pub fn nesting(pid_tgid: u64, entry_sp: u64, count_depth: bool) -> Nesting {
-    let Some(p) = PENDING.get_ptr_mut(&pid_tgid) else {
-        return Nesting::Outermost;
-    };
-    // SAFETY: only this thread touches its own entry.
+pub fn nesting(t: &Thread, entry_sp: u64, count_depth: bool) -> Nesting {
+    // SAFETY (whole block): the entry is this thread's own.
     unsafe {
+        let p = &raw mut (*t.state).pending;
+        if (*p).depth == 0 {
+            return Nesting::Outermost;
+        }
         // Equal: a tail call (the callee reuses the caller's frame). The return address
         // cannot tell a tail call from a new call at the same level, because the outer
         // call's return probe has replaced it with the uretprobe trampoline; so a call
@@ -81,10 +173,9 @@ pub fn nesting(pid_tgid: u64, entry_sp: u64, count_depth: bool) -> Nesting {
             }
             return Nesting::Nested;
         }
-        let stale = *p;
-        let _ = PENDING.remove(&pid_tgid);
-        if let Some(stats) = stats_of(tgid_of(pid_tgid)) {
-            count_failure(stats, stale.func);
+        (*p).depth = 0;
+        if let Some(stats) = t.stats() {
+            count_failure(stats, (*p).func);
         }
     }
     Nesting::Outermost
@@ -99,30 +190,29 @@ pub fn entry_sp(rsp: u64, cookie: u64) -> u64 {
 
 /// Records the arguments of an outermost call for its return probe.
 #[inline(always)]
-pub fn begin_call(pid_tgid: u64, pending: &Pending, stats: *mut PidStats) -> bool {
-    if PENDING.insert(&pid_tgid, pending, 0).is_err() {
-        global_bump(global::PENDING_FULL);
-        // SAFETY: stats points into a live map value.
-        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
-        return false;
-    }
-    true
+pub fn begin_call(t: &Thread, pending: &Pending) {
+    // SAFETY: the entry is this thread's own.
+    unsafe { (*t.state).pending = *pending };
 }
 
 /// At a return probe: leaves one nesting level; returns the outermost call's arguments
 /// when this return ends it.
 #[inline(always)]
-pub fn end_call(pid_tgid: u64) -> Option<Pending> {
-    let p = PENDING.get_ptr_mut(&pid_tgid)?;
-    // SAFETY: only this thread touches its own entry.
+pub fn end_call(t: &Thread) -> Option<Pending> {
+    // SAFETY (whole block): the entry is this thread's own.
     unsafe {
-        if (*p).depth > 1 {
-            (*p).depth -= 1;
-            return None;
+        let p = &raw mut (*t.state).pending;
+        match (*p).depth {
+            0 => None,
+            1 => {
+                (*p).depth = 0;
+                Some(*p)
+            }
+            _ => {
+                (*p).depth -= 1;
+                None
+            }
         }
-        let pending = *p;
-        let _ = PENDING.remove(&pid_tgid);
-        Some(pending)
     }
 }
 
@@ -191,29 +281,141 @@ fn size_bucket(size: u64) -> usize {
     n + 1
 }
 
-/// A block of `size` requested bytes was handed out at `addr` by `func`, from stack
-/// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
+/// The `LIVE` key of the block at `addr` of process `tgid`.
 #[inline(always)]
-pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr: u64, size: u64) {
-    // The stack the block is charged to, and released from: lost when its counters
-    // could not be created.
-    let stack = crate::unwind::charge_alloc(stats, tgid, stack, size);
-    let key = LiveKey {
+fn live_key(tgid: u32, addr: u64) -> LiveKey {
+    LiveKey {
         tgid,
         _pad: 0,
         addr,
-    };
-    let block = LiveBlock {
-        size,
-        stack,
-        _pad: 0,
-    };
+    }
+}
+
+/// Attempts to record a block whose entry another CPU is deleting (a few hundred ns)
+/// before a lost event is counted. The verifier walks every iteration of every bounded
+/// loop: more attempts cost start-up time.
+const PUT_TRIES: usize = 4;
+
+/// Deletes the `LIVE` entry this thread released last and left behind as a tombstone,
+/// unless it is the block at `keep` (about to be handed out again, or released again).
+///
+/// Why deletions are deferred: a hash map insert and delete are the dearest part of a
+/// call (kernel functions taking the bucket's lock and the element free list), and most
+/// programs hand the block they just released straight out again (glibc's per-thread
+/// cache is last-in first-out). A release therefore only marks its entry
+/// [`LiveBlock::RELEASED`] in place, and the next allocation at that address revives it
+/// in place: a malloc+free pair then makes two map lookups and no insert or delete. The
+/// entry is deleted when the thread's next allocation or release is about another
+/// address. Another thread may revive the tombstone meanwhile (the allocator handed the
+/// address out there): the swap to [`LiveBlock::DELETING`] then fails and the entry
+/// stays; one that finds an entry being deleted retries until it is gone and inserts
+/// anew.
+#[inline(always)]
+fn flush_released(t: &Thread, keep: u64) {
+    // SAFETY (whole block): the thread state is this thread's own; the value pointer
+    // is valid for the program's run.
+    unsafe {
+        let addr = (*t.state).released;
+        if addr == 0 || addr == keep {
+            return;
+        }
+        (*t.state).released = 0;
+        let key = live_key(t.tgid(), addr);
+        if let Some(v) = LIVE.get_ptr_mut(&key)
+            && atomics::swap(&raw mut (*v).size, LiveBlock::RELEASED, LiveBlock::DELETING)
+        {
+            let _ = LIVE.remove(&key);
+        }
+    }
+}
+
+/// Makes `block` live at `addr`: revives its tombstone in place, or inserts it. False
+/// when it could not be recorded (a full live map).
+#[inline(always)]
+fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
+    let key = live_key(t.tgid(), addr);
+    // Sizes that large cannot be handed out; they would read as a state.
+    let size = block.size.min(LiveBlock::DELETING - 1);
+    for _ in 0..PUT_TRIES {
+        match LIVE.get_ptr_mut(&key) {
+            // SAFETY: the value pointer is valid for the program's run. The stack is
+            // written after the size's swap: no release of the block can come before
+            // this call returns to the program.
+            Some(v) => unsafe {
+                let word = &raw mut (*v).size;
+                let old = atomics::load(word);
+                if old == LiveBlock::DELETING {
+                    continue;
+                }
+                if old != LiveBlock::RELEASED {
+                    // A live entry at this address: its release was not seen (made
+                    // while not counting). The new block replaces it, as an insert
+                    // would.
+                    core::ptr::write_volatile(word, size);
+                    core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
+                    return true;
+                }
+                if atomics::swap(word, LiveBlock::RELEASED, size) {
+                    core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
+                    return true;
+                }
+            },
+            None => {
+                let value = LiveBlock {
+                    size,
+                    stack: block.stack,
+                    _pad: 0,
+                };
+                match LIVE.insert(&key, &value, BPF_NOEXIST) {
+                    Ok(()) => return true,
+                    // Inserted meanwhile (a deletion ended between the lookup and
+                    // here): look again.
+                    Err(e) if e == -EEXIST => {}
+                    Err(_) => return false,
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Makes the block at `addr` live (see [`put_live`]) after deleting this thread's
+/// tombstone of another address; counts a lost event when the live map is full (this
+/// block's free will then show as unmatched: never silent).
+#[inline(always)]
+fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
+    flush_released(t, addr);
+    // SAFETY: the thread state is this thread's own.
+    unsafe {
+        if (*t.state).released == addr {
+            (*t.state).released = 0;
+        }
+    }
+    if !put_live(t, addr, block) {
+        // SAFETY: stats points into a live map value.
+        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
+    }
+}
+
+/// A block of `size` requested bytes was handed out at `addr` by `func`, from stack
+/// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
+#[inline(always)]
+pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, addr: u64, size: u64) {
+    // The stack the block is charged to, and released from: lost when its counters
+    // could not be created.
+    let stack = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
+    make_live(
+        t,
+        stats,
+        addr,
+        &LiveBlock {
+            size,
+            stack,
+            _pad: 0,
+        },
+    );
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
-        if LIVE.insert(&key, &block, 0).is_err() {
-            // Full live map: this block's free will show as unmatched. Never silent.
-            atomics::add(&raw mut (*stats).lost_events, 1);
-        }
         atomics::add(&raw mut (*stats).alloc_calls, 1);
         atomics::add(&raw mut (*stats).bytes_allocated, size);
         atomics::add(&raw mut (*stats).live_blocks, 1);
@@ -247,33 +449,43 @@ pub fn record_alloc(stats: *mut PidStats, tgid: u32, func: u32, stack: u32, addr
     }
 }
 
-/// Takes the block at `addr` out of the live map; its size and stack when it was there.
+/// Takes the block at `addr` out of the live map (leaving a tombstone this thread
+/// deletes later, see [`flush_released`]); its size and stack when it was live.
 #[inline(always)]
-pub fn take_live(tgid: u32, addr: u64) -> Option<LiveBlock> {
-    let key = LiveKey {
-        tgid,
-        _pad: 0,
-        addr,
-    };
-    // SAFETY: read of a plain value.
-    let block = unsafe { *LIVE.get(&key)? };
-    let _ = LIVE.remove(&key);
-    Some(block)
+pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
+    flush_released(t, addr);
+    let v = LIVE.get_ptr_mut(&live_key(t.tgid(), addr))?;
+    // SAFETY (whole block): the value pointer is valid for the program's run; the
+    // thread state is this thread's own.
+    unsafe {
+        let word = &raw mut (*v).size;
+        // A swap, not a store: two threads releasing one block at once (a double free)
+        // release it once. The one whose swap fails finds the entry released on its
+        // second look: two looks suffice.
+        for _ in 0..2 {
+            let size = atomics::load(word);
+            if size >= LiveBlock::DELETING {
+                return None;
+            }
+            let stack = core::ptr::read_volatile(&raw const (*v).stack);
+            if atomics::swap(word, size, LiveBlock::RELEASED) {
+                (*t.state).released = addr;
+                return Some(LiveBlock {
+                    size,
+                    stack,
+                    _pad: 0,
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Puts a block back into the live map (a realloc that failed keeps its old block, and
 /// its stack's counters were never changed).
 #[inline(always)]
-pub fn restore_live(stats: *mut PidStats, tgid: u32, addr: u64, block: &LiveBlock) {
-    let key = LiveKey {
-        tgid,
-        _pad: 0,
-        addr,
-    };
-    if LIVE.insert(&key, block, 0).is_err() {
-        // SAFETY: stats points into a live map value.
-        atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
-    }
+pub fn restore_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
+    make_live(t, stats, addr, block);
 }
 
 /// A known block of `size` bytes was released; `credit` is the free-like function's
@@ -298,46 +510,40 @@ pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
 /// Layered allocators forward one release through several probed functions (libstdc++'s
 /// sized `operator delete` calls the unsized one, which jumps to `free`; mimalloc's
 /// `free` calls `mi_free`), and free-like functions have no return probe to mark the
-/// nesting. So each thread remembers its last release (FREE_MARK): a release of that
-/// same pointer, no longer live, through *another* function at the same or a deeper
-/// stack level (a forward is a call or a tail jump from inside the first function) is
-/// the forward, neither a call of its own nor an unmatched free; the mark then moves to
-/// it, so a chain of any length counts once. Anything else is a call and an unmatched
-/// free: a double free (`free(p); free(p)` is the same function again), and glibc's
-/// per-thread cache releasing, at thread exit, the chunk the thread released last.
+/// nesting. So each thread remembers its last release (`ThreadState::mark`): a release
+/// of that same pointer, no longer live, through *another* function at the same or a
+/// deeper stack level (a forward is a call or a tail jump from inside the first
+/// function) is the forward, neither a call of its own nor an unmatched free; the mark
+/// then moves to it, so a chain of any length counts once. Anything else is a call and
+/// an unmatched free: a double free (`free(p); free(p)` is the same function again), and
+/// glibc's per-thread cache releasing, at thread exit, the chunk the thread released
+/// last.
 #[inline(always)]
-pub fn release(stats: *mut PidStats, tgid: u32, pid_tgid: u64, func: u32, ptr: u64, entry_sp: u64) {
-    let mark = FreeMark {
+pub fn release(t: &Thread, stats: *mut PidStats, func: u32, ptr: u64, entry_sp: u64) {
+    let mark = ReleaseMark {
         ptr,
         func,
         _pad: 0,
         entry_sp,
     };
-    match take_live(tgid, ptr) {
+    // SAFETY (whole function): the mark is this thread's own.
+    let m = unsafe { &raw mut (*t.state).mark };
+    match take_live(t, ptr) {
         Some(block) => {
             count_call(stats, func);
-            crate::unwind::charge_release(stats, tgid, &block);
+            crate::unwind::charge_release(stats, t.tgid(), &block);
             record_release(stats, Some(func), block.size);
-            let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
         }
         None => {
-            let forwarded = FREE_MARK.get_ptr_mut(&pid_tgid).is_some_and(|m| {
-                // SAFETY: only this thread reads or writes its own entry.
-                unsafe {
-                    let forward = (*m).ptr == ptr && (*m).func != func && entry_sp <= (*m).entry_sp;
-                    if forward {
-                        *m = mark;
-                    }
-                    forward
-                }
-            });
-            if !forwarded {
+            let forward =
+                unsafe { (*m).ptr == ptr && (*m).func != func && entry_sp <= (*m).entry_sp };
+            if !forward {
                 count_call(stats, func);
                 record_unmatched(stats);
-                let _ = FREE_MARK.insert(&pid_tgid, &mark, 0);
             }
         }
     }
+    unsafe { *m = mark };
 }
 
 /// A pointer we never saw allocated was released.

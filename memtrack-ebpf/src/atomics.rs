@@ -34,6 +34,16 @@ pub fn load(src: *const u64) -> u64 {
     unsafe { core::ptr::read_volatile(src) }
 }
 
+/// `*dst = new` if `*dst == old`, atomically; true when it swapped.
+#[inline(always)]
+pub fn swap(dst: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: as for `add`.
+    let (_, swapped) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(dst, old, new)
+    };
+    swapped
+}
+
 /// `*dst += v` with a compare-and-swap loop; returns the new value, or `None` when the
 /// loop gave up (the caller applies the change with [`add`] and counts the loss).
 #[inline(always)]

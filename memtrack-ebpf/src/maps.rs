@@ -1,35 +1,47 @@
 //! The maps shared with user space. `#[map]` names each map after its static, and the
 //! loader looks maps up by `memtrack_common::map_names`: a static is renamed only with
 //! its constant (memtrack-core's loader.rs tests `ebpf_object_*` fail otherwise).
+//!
+//! What a call costs is mostly how many map operations it makes (each a kernel function
+//! call, dear with this CPU's return-thunk mitigations; BENCHMARKS.md): the per-thread
+//! state is task storage (no hash, no lock, no insert or delete per call) and the
+//! per-process state is in arrays, whose lookups the verifier inlines.
 
 use aya_ebpf::{
-    macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type},
+    helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_get},
+    macros::{btf_map, map},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray},
 };
 use memtrack_common::{
-    DEFAULT_MAX_LIVE_BLOCKS, LiveBlock, LiveKey, MAX_PENDING_CALLS, MAX_TRACKED_PROCESSES, Pending,
-    PidStats, TrackState, global, ld_hook,
+    DEFAULT_MAX_LIVE_BLOCKS, LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot,
+    ThreadState, global, ld_hook,
     stacks::{KernelStackCounts, LastStack, ProcessMappings, StackKey, StackWindow, WalkState},
     unwind::UnwindRow,
 };
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
-/// inserts into: creating a preallocated map costs start-up time (STATS: 8 MiB, about
-/// 15 ms), and lookups, the only thing the programs do with these, cost the same.
-const NO_PREALLOC: u32 = 1;
+/// inserts into: creating a preallocated map costs start-up time, and lookups, the only
+/// thing the programs do with these, cost the same.
+const NO_PREALLOC: u32 = BPF_F_NO_PREALLOC;
 
-/// tgid -> whether and which threads of the process are counted. Written by user space.
+/// slot -> the process owning it and whether it is counted. Written by user space.
 #[map]
-pub static TRACKED: HashMap<u32, TrackState> =
-    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
+pub static TRACKED: Array<ProcessSlot> = Array::with_max_entries(MAX_TRACKED_PROCESSES, 0);
 
-/// tgid -> counters. Inserted (zeroed) by user space; only updated here.
+/// tgid -> slot. Written by user space; a thread reads it once (its `ThreadState` keeps
+/// the slot).
 #[map]
-pub static STATS: HashMap<u32, PidStats> =
-    HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
+pub static SLOTS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, NO_PREALLOC);
+
+/// slot -> counters. Zeroed by user space when a process gets the slot or is reset;
+/// only updated here.
+#[map]
+pub static STATS: Array<PidStats> = Array::with_max_entries(MAX_TRACKED_PROCESSES, 0);
 
 /// (tgid, address) -> requested size in bytes and stack id of every live block allocated
-/// while tracked.
+/// while tracked (and, briefly, the last block each thread released: see
+/// `account::flush_released`).
 /// User space may resize it before loading. Preallocated: creating it costs about 40 ms
 /// of the tracker's start-up for a million entries, but without preallocation (the
 /// kernel's BPF allocator) malloc and free cost 30-70% more per call with blocks live
@@ -38,39 +50,68 @@ pub static STATS: HashMap<u32, PidStats> =
 pub static LIVE: HashMap<LiveKey, LiveBlock> =
     HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
 
-/// pid_tgid -> arguments of the allocator call in progress on that thread.
-#[map]
-pub static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(MAX_PENDING_CALLS, 0);
-
 /// Counters not attributable to one process, indexed by `memtrack_common::global`.
 #[map]
 pub static GLOBAL: Array<u64> = Array::with_max_entries(global::LEN, 0);
 
-/// pid_tgid -> the last release that thread made (see `account::release`). LRU: an
-/// entry outlives its thread (nothing removes it at thread exit), so a plain hash map
-/// would fill after that many threads had released something, and every forwarded
-/// release after that would count twice. The least recently written entries are those
-/// of threads that ended or released nothing for longest; a mark is read right after it
-/// is written (the forward happens within the same release), so evicting it would take
-/// that many other threads' releases in between.
-#[map]
-pub static FREE_MARK: LruHashMap<u64, FreeMark> =
-    LruHashMap::with_max_entries(MAX_PENDING_CALLS, 0);
-
-/// A thread's last release: the pointer, the free-like function's counter slot, and the
-/// stack pointer at that function's entry (bytes, an address).
+/// A BPF task storage map definition (aya-ebpf 0.2 has none): the layout libbpf and
+/// aya read from BTF, `type`, `key`, `value`, `max_entries` and `map_flags` encoded as
+/// pointers to arrays of that many elements. Task storage must be created without
+/// preallocation and with `max_entries` 0; its key is a thread (a pidfd from user space,
+/// which does not use it).
 #[repr(C)]
-#[derive(Clone, Copy)]
-pub struct FreeMark {
-    /// The released pointer.
-    pub ptr: u64,
-    /// Counter slot of the function that released it (`memtrack_common::cookie::func`).
-    pub func: u32,
-    /// Unused; keeps `entry_sp` aligned.
-    pub _pad: u32,
-    /// Stack pointer at the function's entry.
-    pub entry_sp: u64,
+pub struct TaskStorage<T> {
+    r#type: *const [i32; bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
 }
+
+// SAFETY: the fields are placeholders that are never dereferenced; the kernel owns the
+// storage, and each thread touches only its own entry.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    /// The definition the loader fills in.
+    pub const fn new() -> Self {
+        TaskStorage {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The calling thread's entry, created zeroed at its first use when `create`;
+    /// `None` when it has none (or the kernel could not allocate it).
+    #[inline(always)]
+    pub fn current(&self, create: bool) -> Option<*mut T> {
+        let flags = if create {
+            BPF_LOCAL_STORAGE_GET_F_CREATE as u64
+        } else {
+            0
+        };
+        // SAFETY: the helper takes the map definition's address and the current task
+        // (a trusted pointer from bpf_get_current_task_btf); a NULL value pointer with
+        // F_CREATE creates a zeroed entry.
+        let p = unsafe {
+            bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                bpf_get_current_task_btf(),
+                core::ptr::null_mut(),
+                flags,
+            )
+        };
+        if p.is_null() { None } else { Some(p.cast()) }
+    }
+}
+
+/// thread -> its call in progress, last release and cached slot (see
+/// `memtrack_common::ThreadState`).
+#[btf_map]
+pub static THREADS: TaskStorage<ThreadState> = TaskStorage::new();
 
 /// Every loaded object's unwind rows, one array shared by all objects and processes
 /// (each mapping names its object's extent). Sized by user space (1 entry with stacks

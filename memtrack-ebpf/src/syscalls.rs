@@ -19,7 +19,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    account::{self, current, tgid_of},
+    account::{self, current},
     atomics,
 };
 
@@ -38,11 +38,7 @@ fn reg(field: *const u64) -> u64 {
 /// The counters of the calling process, if it is counted now.
 #[inline(always)]
 fn counted_stats() -> Option<*mut memtrack_common::PidStats> {
-    let id = current();
-    if !account::is_counted(id) {
-        return None;
-    }
-    account::stats_of(tgid_of(id))
+    account::counted_process_stats(current())
 }
 
 /// `sys_exit(struct pt_regs *regs, long ret)`. The program's name and its tracepoint are

@@ -35,8 +35,8 @@ use crate::{
     atomics,
     global_count::global_bump,
     maps::{
-        GLOBAL, LAST_STACK, MAPPINGS, PENDING, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
-        STACK_WINDOW, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
+        GLOBAL, LAST_STACK, MAPPINGS, STACK_COUNTS, STACK_IDS, STACK_SCRATCH, STACK_WINDOW,
+        THREADS, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
     },
 };
 
@@ -185,11 +185,13 @@ fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, end: Option
             end,
         };
     }
-    if let Some(p) = PENDING.get_ptr_mut(&s.owner) {
-        // SAFETY: only this thread touches its own entry; the entry_sp check makes sure
-        // it is still the call the walk began for.
+    if let Some(state) = THREADS.current(false) {
+        // SAFETY: only this thread touches its own entry (the walk's thread: the entry
+        // program's, or `unwind_prog` checked the owner); the depth and entry_sp checks
+        // make sure it is still the call the walk began for.
         unsafe {
-            if (*p).entry_sp == s.entry_sp && (*p).stack == LOST_STACK {
+            let p = &raw mut (*state).pending;
+            if (*p).depth != 0 && (*p).entry_sp == s.entry_sp && (*p).stack == LOST_STACK {
                 (*p).stack = id;
             }
         }

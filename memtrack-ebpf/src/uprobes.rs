@@ -17,7 +17,7 @@ use aya_ebpf::{
 use memtrack_common::{Kind, LiveBlock, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
-    account::{self, Nesting, current, tgid_of},
+    account::{self, Nesting, Thread, current},
     atomics, unwind,
 };
 
@@ -75,26 +75,27 @@ fn array_size(nmemb: u64, size: u64) -> (u64, bool) {
     }
 }
 
-/// The counters to charge a call to, if it is the outermost probed call on its thread
-/// and its process is counted (None: nested, with its depth noted when
-/// `count_depth`, or not counted).
+/// The thread and the counters to charge a call to, if it is the outermost probed call
+/// on its thread and its process is counted (None: not tracked, nested, with its depth
+/// noted when `count_depth`, or not counted).
 #[inline(always)]
-fn counted_outermost(c: &Call, count_depth: bool) -> Option<*mut PidStats> {
+fn counted_outermost(c: &Call, count_depth: bool) -> Option<(Thread, *mut PidStats)> {
+    let t = Thread::current(c.pid_tgid, true)?;
     if matches!(
-        account::nesting(c.pid_tgid, c.entry_sp, count_depth),
+        account::nesting(&t, c.entry_sp, count_depth),
         Nesting::Nested
-    ) || !account::is_counted(c.pid_tgid)
-    {
+    ) {
         return None;
     }
-    account::stats_of(tgid_of(c.pid_tgid))
+    let stats = t.counted_stats()?;
+    Some((t, stats))
 }
 
 /// Entry of every allocating function but the realloc family. True when it recorded
 /// the call as pending (its stack is then to be walked, [`walk_stack`]).
 #[inline(always)]
 fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
-    let Some(stats) = counted_outermost(c, true) else {
+    let Some((t, stats)) = counted_outermost(c, true) else {
         return false;
     };
     account::count_call(stats, c.func);
@@ -111,7 +112,8 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
         flags,
         entry_sp: c.entry_sp,
     };
-    account::begin_call(c.pid_tgid, &pending, stats)
+    account::begin_call(&t, &pending);
+    true
 }
 
 /// Entry of the realloc family: the old block leaves the live map now (see
@@ -119,10 +121,9 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
 /// it recorded the call as pending.
 #[inline(always)]
 fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
-    let Some(stats) = counted_outermost(c, true) else {
+    let Some((t, stats)) = counted_outermost(c, true) else {
         return false;
     };
-    let tgid = tgid_of(c.pid_tgid);
     account::count_call(stats, c.func);
     let mut pending = Pending {
         depth: 1,
@@ -139,19 +140,14 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
     };
     if ptr != 0
         && !overflow
-        && let Some(old) = account::take_live(tgid, ptr)
+        && let Some(old) = account::take_live(&t, ptr)
     {
         pending.old_size = old.size;
         pending.old_stack = old.stack;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
-    if account::begin_call(c.pid_tgid, &pending, stats) {
-        return true;
-    }
-    if pending.flags & pending_flags::OLD_KNOWN != 0 {
-        account::restore_live(stats, tgid, ptr, &old_block(&pending));
-    }
-    false
+    account::begin_call(&t, &pending);
+    true
 }
 
 /// The old block of a realloc whose entry took it out of the live map.
@@ -176,16 +172,19 @@ fn walk_stack(ctx: &ProbeContext, c: &Call) -> u32 {
 /// Return of every allocating function.
 #[inline(always)]
 fn alloc_return(ret: u64) -> u32 {
-    let id = current();
-    let Some(p) = account::end_call(id) else {
+    let Some(t) = Thread::current(current(), false) else {
         return 0;
     };
-    let tgid = tgid_of(id);
-    let Some(stats) = account::stats_of(tgid) else {
+    let Some(p) = account::end_call(&t) else {
+        return 0;
+    };
+    // The call began counted; it is accounted even if counting stopped meanwhile, as
+    // its entry was.
+    let Some(stats) = t.stats() else {
         return 0;
     };
     match Kind::from_id(p.kind) {
-        Some(Kind::Realloc | Kind::Reallocarray) => realloc_return(stats, tgid, &p, ret),
+        Some(Kind::Realloc | Kind::Reallocarray) => realloc_return(&t, stats, &p, ret),
         Some(Kind::PosixMemalign) => {
             // posix_memalign returns an int error number; the block is in *memptr.
             if ret as u32 != 0 {
@@ -194,7 +193,7 @@ fn alloc_return(ret: u64) -> u32 {
                 // SAFETY: reading user memory through the helper, which checks it.
                 match unsafe { bpf_probe_read_user(p.ptr as *const u64) } {
                     Ok(addr) if addr != 0 => {
-                        account::record_alloc(stats, tgid, p.func, p.stack, addr, p.size)
+                        account::record_alloc(&t, stats, p.func, p.stack, addr, p.size)
                     }
                     Ok(_) => {}
                     // SAFETY: stats points into a live map value.
@@ -206,7 +205,7 @@ fn alloc_return(ret: u64) -> u32 {
             if ret == 0 || p.flags & pending_flags::OVERFLOW != 0 {
                 account::count_failure(stats, p.func);
             } else {
-                account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
+                account::record_alloc(&t, stats, p.func, p.stack, ret, p.size);
             }
         }
         // The entry program writes only the kinds above (free-like functions keep no
@@ -222,13 +221,14 @@ fn alloc_return(ret: u64) -> u32 {
 /// (release + new block, even at the same address); realloc(p, 0) returning NULL is a
 /// free (glibc); any other NULL result is a failure that leaves the old block alive.
 #[inline(always)]
-fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
+fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
+    let tgid = t.tgid();
     let known = p.flags & pending_flags::OLD_KNOWN != 0;
     if p.ptr == 0 {
         if ret == 0 {
             account::count_failure(stats, p.func);
         } else {
-            account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
+            account::record_alloc(t, stats, p.func, p.stack, ret, p.size);
         }
     } else if ret != 0 {
         if known {
@@ -238,7 +238,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
         } else {
             account::record_unmatched(stats);
         }
-        account::record_alloc(stats, tgid, p.func, p.stack, ret, p.size);
+        account::record_alloc(t, stats, p.func, p.stack, ret, p.size);
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
             crate::unwind::charge_release(stats, tgid, &old_block(p));
@@ -249,7 +249,7 @@ fn realloc_return(stats: *mut PidStats, tgid: u32, p: &Pending, ret: u64) {
     } else {
         account::count_failure(stats, p.func);
         if known {
-            account::restore_live(stats, tgid, p.ptr, &old_block(p));
+            account::restore_live(t, stats, p.ptr, &old_block(p));
         }
     }
 }
@@ -291,10 +291,7 @@ pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
 /// lost event of its process when that process is counted (never silently dropped).
 #[inline(always)]
 fn unreadable_call() -> u32 {
-    let id = current();
-    if account::is_counted(id)
-        && let Some(stats) = account::stats_of(tgid_of(id))
-    {
+    if let Some(stats) = account::counted_process_stats(current()) {
         // SAFETY: stats points into a live map value.
         atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
     }
@@ -314,17 +311,16 @@ pub fn alloc_return_prog(ctx: RetProbeContext) -> u32 {
 /// function is recognised by `account::release`.
 #[inline(always)]
 fn free_entry(ctx: &ProbeContext, c: &Call) -> u32 {
-    let Some(stats) = counted_outermost(c, false) else {
+    let Some((t, stats)) = counted_outermost(c, false) else {
         return 0;
     };
-    let tgid = tgid_of(c.pid_tgid);
     let ptr = arg(ctx, 0);
     if ptr == 0 {
         // Counted at every layer: a NULL release leaves no trace to recognise a
         // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).
         account::count_call(stats, c.func);
     } else {
-        account::release(stats, tgid, c.pid_tgid, c.func, ptr, c.entry_sp);
+        account::release(&t, stats, c.func, ptr, c.entry_sp);
     }
     0
 }
