@@ -201,7 +201,9 @@ struct WrittenAtExit {
 fn process_stacks(control: &TrackerControl, process: &TrackedProcess) -> Option<ProcessStacks> {
     let mut stacks = control.stacks(process.pid)?;
     stacks.process.start_ns = process.started_ns;
-    stacks.process.end_ns = process.ended_ns.unwrap_or_else(memtrack::monotonic_ns);
+    stacks
+        .process
+        .set_end(process.ended_ns.unwrap_or_else(memtrack::monotonic_ns));
     Some(stacks)
 }
 
@@ -298,7 +300,7 @@ impl MemoryHandler {
         regions.per_process.entry(pid).or_default().merge(&stats);
         if let Some(mut stacks) = stacks {
             stacks.process.start_ns = self.opened_ns;
-            stacks.process.end_ns = closed_ns;
+            stacks.process.set_end(closed_ns);
             regions
                 .stacks
                 .entry(pid)

@@ -48,10 +48,9 @@ pub const UNWIND_PROG_SLOT: u32 = 0;
 /// The entry program records the call's `Pending` entry in the thread's `ThreadState`
 /// (with stack id [`LOST_STACK`]) before it walks, since it does not resume after a tail
 /// call; the program that ends the walk interns the stack and writes its id into that
-/// entry. A
-/// chain cut short (a tail call that fails, or this state taken over by another
-/// thread's walk) leaves the entry's [`LOST_STACK`]: the block counts as lost, never
-/// under a wrong stack.
+/// entry. A chain cut short (a tail call that fails, or this state taken over by
+/// another thread's walk) leaves the entry's [`LOST_STACK`]: the block counts as lost,
+/// never under a wrong stack.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkState {
@@ -274,9 +273,25 @@ pub struct KernelStackCounts {
     pub max_live_bytes: u64,
     /// Blocks live at that time.
     pub max_live_blocks: u64,
+    /// Sum of the lifetimes of the released blocks, ns (each from its allocation to its
+    /// release, `bpf_ktime_get_ns`).
+    pub lifetime_ns: u64,
+    /// Sum of the allocation times (`LiveBlock::born_ns`) of the live blocks, wrapping:
+    /// their lifetimes up to a time `end` add `live_blocks * end - live_born_ns`
+    /// (exact in wrapping arithmetic whenever that total fits in 64 bits).
+    pub live_born_ns: u64,
 }
 
 impl KernelStackCounts {
+    /// Total lifetime in ns of every block of this stack, the live ones counted up to
+    /// `end_ns` (CLOCK_MONOTONIC ns, not before their allocation), as valgrind DHAT's
+    /// "tl" counts blocks live at exit up to the end.
+    pub const fn total_lifetime_ns(&self, end_ns: u64) -> u64 {
+        self.lifetime_ns
+            .wrapping_add(self.live_blocks.wrapping_mul(end_ns))
+            .wrapping_sub(self.live_born_ns)
+    }
+
     /// (blocks, bytes) of this stack live at the process's last global peak, given the
     /// process's final peak epoch.
     pub const fn at_peak(&self, process_epoch: u64) -> (u64, u64) {

@@ -154,14 +154,19 @@ impl KernelStacks {
             return done.clone();
         }
         let epoch = stats.map_or(0, |s| s.peak_epoch);
+        // The clock the kernel's allocation times are read with (bpf_ktime_get_ns).
+        let now = crate::monotonic_ns();
         let mut by_id: BTreeMap<u32, StackCounts> = BTreeMap::new();
-        let mut lost = StackCounts::default();
+        let mut lost = StackCounts {
+            total_lifetime_ns: Some(0),
+            ..StackCounts::default()
+        };
         for item in self.counts.iter().filter_map(|r| r.ok()) {
             let (key, c) = item;
             if (key >> 32) as u32 != pid {
                 continue;
             }
-            let counts = to_counts(&c, epoch);
+            let counts = to_counts(&c, epoch, now);
             if key as u32 == LOST_STACK {
                 lost = counts;
             } else {
@@ -199,6 +204,9 @@ impl KernelStacks {
             out.stacks.push(stack);
         }
         out.process.lost = lost;
+        // Blocks live now are counted up to now; the caller moves the end to the
+        // process's exit or the region's end (`ScopeStacks::set_end`).
+        out.process.end_ns = now;
         out.process.peak_ns = stats.and_then(|s| (s.peak_time_ns != 0).then_some(s.peak_time_ns));
         out
     }
@@ -231,7 +239,9 @@ impl KernelStacks {
     }
 }
 
-fn to_counts(c: &KernelStackCounts, epoch: u64) -> StackCounts {
+/// A stack's counters as read at `now_ns` (CLOCK_MONOTONIC), given the process's final
+/// peak epoch.
+fn to_counts(c: &KernelStackCounts, epoch: u64, now_ns: u64) -> StackCounts {
     let (at_peak_blocks, at_peak_bytes) = c.at_peak(epoch);
     StackCounts {
         alloc_blocks: c.alloc_blocks,
@@ -244,7 +254,7 @@ fn to_counts(c: &KernelStackCounts, epoch: u64) -> StackCounts {
         at_peak_bytes,
         max_live_bytes: c.max_live_bytes,
         max_live_blocks: c.max_live_blocks,
-        total_lifetime_ns: None,
+        total_lifetime_ns: Some(c.total_lifetime_ns(now_ns)),
     }
 }
 
@@ -325,9 +335,38 @@ mod tests {
             peak_bytes: 7,
             ..KernelStackCounts::default()
         };
-        let counts = to_counts(&c, 4);
+        let counts = to_counts(&c, 4, 0);
         assert_eq!((counts.at_peak_blocks, counts.at_peak_bytes), (2, 20));
-        let counts = to_counts(&c, 3);
+        let counts = to_counts(&c, 3, 0);
         assert_eq!((counts.at_peak_blocks, counts.at_peak_bytes), (1, 7));
+    }
+
+    /// Released blocks' lifetimes plus the live ones' up to the read, from the wrapping
+    /// sum of their allocation times: exact even when that sum wrapped.
+    #[test]
+    fn total_lifetime_adds_the_live_blocks_up_to_the_read() {
+        // Released: 30 ns in all. Live: born at 100 and 250, read at 1000.
+        let c = KernelStackCounts {
+            live_blocks: 2,
+            lifetime_ns: 30,
+            live_born_ns: 350,
+            ..KernelStackCounts::default()
+        };
+        assert_eq!(
+            to_counts(&c, 0, 1000).total_lifetime_ns,
+            Some(30 + 900 + 750)
+        );
+        // Born near the end of the clock's range: the sum wrapped.
+        let born = [u64::MAX - 10, u64::MAX - 4];
+        let c = KernelStackCounts {
+            live_blocks: 2,
+            lifetime_ns: 5,
+            live_born_ns: born[0].wrapping_add(born[1]),
+            ..KernelStackCounts::default()
+        };
+        assert_eq!(
+            to_counts(&c, 0, u64::MAX - 1).total_lifetime_ns,
+            Some(5 + 9 + 3)
+        );
     }
 }

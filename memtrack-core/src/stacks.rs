@@ -147,6 +147,28 @@ pub struct ScopeStacks {
     pub lost: StackCounts,
 }
 
+impl ScopeStacks {
+    /// Moves the scope's end to `end_ns` (`CLOCK_MONOTONIC` ns): the lifetimes of the
+    /// blocks live at the end, counted up to the old end, are counted up to the new one
+    /// (the kernel's counters are read a moment after a process exits or a region ends;
+    /// the scope ends at that exit or end).
+    pub fn set_end(&mut self, end_ns: u64) {
+        let old = self.end_ns;
+        let mv = |c: &mut StackCounts| {
+            if let Some(t) = c.total_lifetime_ns {
+                let moved = i128::from(t)
+                    + i128::from(c.live_blocks) * (i128::from(end_ns) - i128::from(old));
+                c.total_lifetime_ns = Some(moved.clamp(0, i128::from(u64::MAX)) as u64);
+            }
+        };
+        for entry in &mut self.entries {
+            mv(&mut entry.counts);
+        }
+        mv(&mut self.lost);
+        self.end_ns = end_ns;
+    }
+}
+
 /// One stack's counters in a scope.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackEntry {
@@ -201,6 +223,13 @@ impl StackCounts {
     /// sum over stacks needs as an upper bound, not an exact maximum; a lifetime sum
     /// stays known only if both are.
     pub fn add(&mut self, other: &StackCounts) {
+        // A sum over no blocks is known (zero) whether recorded or not.
+        self.total_lifetime_ns = match (self.total_lifetime_ns, other.total_lifetime_ns) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (None, b) if !self.has_blocks() => b,
+            (a, None) if !other.has_blocks() => a,
+            _ => None,
+        };
         self.alloc_blocks = self.alloc_blocks.saturating_add(other.alloc_blocks);
         self.alloc_bytes = self.alloc_bytes.saturating_add(other.alloc_bytes);
         self.freed_blocks = self.freed_blocks.saturating_add(other.freed_blocks);
@@ -211,10 +240,11 @@ impl StackCounts {
         self.at_peak_bytes = self.at_peak_bytes.saturating_add(other.at_peak_bytes);
         self.max_live_bytes = self.max_live_bytes.saturating_add(other.max_live_bytes);
         self.max_live_blocks = self.max_live_blocks.saturating_add(other.max_live_blocks);
-        self.total_lifetime_ns = match (self.total_lifetime_ns, other.total_lifetime_ns) {
-            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-            _ => None,
-        };
+    }
+
+    /// Whether any block was counted here (allocated, released or live).
+    fn has_blocks(&self) -> bool {
+        self.alloc_blocks != 0 || self.freed_blocks != 0 || self.live_blocks != 0
     }
 
     /// Whether every counter is zero.

@@ -294,7 +294,7 @@ impl Tracker {
             return Ok(None);
         };
         stacks.process.start_ns = self.process()?.started_ns;
-        stacks.process.end_ns = crate::monotonic_ns();
+        stacks.process.set_end(crate::monotonic_ns());
         out.write_file(
             &crate::stacks::stacks_file_name(self.pid),
             &stacks.to_bytes(),

@@ -69,7 +69,17 @@ fn named(stacks: &ProcessStacks, exe: &Path) -> Vec<(Vec<String>, StackEnd, Stac
                     }
                 })
                 .collect();
-            (names, stack.end, e.counts.clone())
+            // Lifetimes are checked apart (`total_lifetimes_*`): they are times.
+            let counts = e.counts.clone();
+            assert!(
+                counts.total_lifetime_ns.is_some(),
+                "no total lifetime: {counts:?}"
+            );
+            let counts = StackCounts {
+                total_lifetime_ns: None,
+                ..counts
+            };
+            (names, stack.end, counts)
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -139,7 +149,7 @@ fn call_tree_stacks_and_counts_are_exact() {
         ),
     ];
     assert_eq!(got, expected, "{stacks:#?}");
-    assert_eq!(stacks.process.lost, StackCounts::default());
+    assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
     let total = stacks.process.total();
     assert_eq!(total.alloc_blocks, stats.alloc_calls, "{stats:#?}");
     assert_eq!(total.alloc_bytes, stats.bytes_allocated);
@@ -151,6 +161,83 @@ fn call_tree_stacks_and_counts_are_exact() {
         stacks.objects.iter().any(|o| o.build_id.is_some()),
         "{:#?}",
         stacks.objects
+    );
+}
+
+/// Each stack's total lifetime (valgrind DHAT's "tl"): a freed block's from its
+/// allocation to its release, a block live at exit's up to the process's end, as
+/// tests/stacks/lifetimes.c's sleeps bound them from below; the scope's span bounds
+/// them from above. Times, so bounds, not exact values.
+#[test]
+fn total_lifetimes_cover_freed_blocks_and_blocks_live_at_exit() {
+    if !require_privileges("total_lifetimes_cover_freed_blocks_and_blocks_live_at_exit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "lifetimes");
+    // Every block is allocated after this (the kernel's clock is CLOCK_MONOTONIC too).
+    let before = memtrack::monotonic_ns();
+    let tracker = Tracker::builder()
+        .stacks(64)
+        .spawn(CommandSpec::new(&exe))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0));
+    let pid = tracker.pid();
+    let mut stacks = tracker.stacks(pid).expect("stacks are on");
+    // The live blocks are counted up to when the counters were read: the scope's end.
+    let read_at = stacks.process.end_ns;
+    assert!(read_at > before, "{:?}", stacks.process);
+    let lifetime_of = |stacks: &ProcessStacks, caller: &str| -> (StackCounts, u64) {
+        let entry = stacks
+            .process
+            .entries
+            .iter()
+            .find(|e| {
+                stacks.stacks[e.stack as usize]
+                    .frames
+                    .iter()
+                    .any(|f| symbol_at(&exe, f.lookup_address()).as_deref() == Some(caller))
+            })
+            .unwrap_or_else(|| panic!("no stack through {caller}: {stacks:#?}"));
+        (
+            entry.counts.clone(),
+            entry.counts.total_lifetime_ns.unwrap(),
+        )
+    };
+    const MS: u64 = 1_000_000;
+    let (freed, freed_tl) = lifetime_of(&stacks, "keep_freed");
+    assert_eq!((freed.alloc_blocks, freed.live_blocks), (1, 0));
+    assert!(
+        freed_tl >= 200 * MS,
+        "keep_freed's block lived {freed_tl} ns"
+    );
+    let (live, live_tl) = lifetime_of(&stacks, "keep_live");
+    assert_eq!((live.alloc_blocks, live.live_blocks), (1, 1));
+    assert!(live_tl >= 100 * MS, "keep_live's block lived {live_tl} ns");
+    let (short, short_tl) = lifetime_of(&stacks, "short_lived");
+    assert_eq!((short.alloc_blocks, short.live_blocks), (5, 0));
+    // Each was freed right away: far less than the others' sleeps.
+    assert!(
+        short_tl < 100 * MS,
+        "short_lived's blocks lived {short_tl} ns"
+    );
+    // Moving the end moves only the live blocks' lifetimes, by the live blocks times
+    // the shift.
+    stacks.process.set_end(read_at + 7 * MS);
+    assert_eq!(lifetime_of(&stacks, "keep_live").1, live_tl + 7 * MS);
+    assert_eq!(lifetime_of(&stacks, "keep_freed").1, freed_tl);
+    // No block outlives the span from before the spawn to the read.
+    let span = read_at - before;
+    assert!(
+        freed_tl + short_tl <= span,
+        "{freed_tl} + {short_tl} > {span}"
+    );
+    assert!(live_tl <= span, "{live_tl} > {span}");
+    // keep_freed's block was freed before keep_live's was allocated.
+    assert!(
+        freed_tl + live_tl <= span,
+        "{freed_tl} + {live_tl} > {span}"
     );
 }
 
@@ -204,7 +291,11 @@ fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
                 vec![(frames, end, counts)],
                 "{case}: {stacks:#?}"
             );
-            assert_eq!(stacks.process.lost, StackCounts::default(), "{case}");
+            assert!(
+                stacks.process.lost.is_zero(),
+                "{case}: {:?}",
+                stacks.process.lost
+            );
             assert_eq!(stacks.depth_limit, depth, "{case}");
         }
     }
@@ -273,7 +364,7 @@ fn stacks_of_different_lengths_in_turn_keep_their_own_ids() {
         .iter()
         .find(|(f, e, _)| *f == whole(16) && *e == StackEnd::Complete);
     assert_eq!(last.map(|(_, _, p)| *p), Some((1, 64)), "{stacks:#?}");
-    assert_eq!(stacks.process.lost, StackCounts::default());
+    assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
     let total = stacks.process.total();
     assert_eq!(total.alloc_blocks, stats.alloc_calls, "{stats:#?}");
     assert_eq!(total.freed_blocks, stats.free_calls);

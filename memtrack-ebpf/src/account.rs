@@ -353,19 +353,17 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
                     // would.
                     core::ptr::write_volatile(word, size);
                     core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
+                    core::ptr::write_volatile(&raw mut (*v).born_ns, block.born_ns);
                     return true;
                 }
                 if atomics::swap(word, LiveBlock::RELEASED, size) {
                     core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
+                    core::ptr::write_volatile(&raw mut (*v).born_ns, block.born_ns);
                     return true;
                 }
             },
             None => {
-                let value = LiveBlock {
-                    size,
-                    stack: block.stack,
-                    _pad: 0,
-                };
+                let value = LiveBlock { size, ..*block };
                 match LIVE.insert(&key, &value, BPF_NOEXIST) {
                     Ok(()) => return true,
                     // Inserted meanwhile (a deletion ended between the lookup and
@@ -403,7 +401,7 @@ fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
 pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, addr: u64, size: u64) {
     // The stack the block is charged to, and released from: lost when its counters
     // could not be created.
-    let stack = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
+    let (stack, born_ns) = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
     make_live(
         t,
         stats,
@@ -412,6 +410,7 @@ pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, add
             size,
             stack,
             _pad: 0,
+            born_ns,
         },
     );
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
@@ -468,12 +467,14 @@ pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
                 return None;
             }
             let stack = core::ptr::read_volatile(&raw const (*v).stack);
+            let born_ns = core::ptr::read_volatile(&raw const (*v).born_ns);
             if atomics::swap(word, size, LiveBlock::RELEASED) {
                 (*t.state).released = addr;
                 return Some(LiveBlock {
                     size,
                     stack,
                     _pad: 0,
+                    born_ns,
                 });
             }
         }

@@ -501,6 +501,8 @@ const ZERO_COUNTS: KernelStackCounts = KernelStackCounts {
     peak_bytes: 0,
     max_live_bytes: 0,
     max_live_blocks: 0,
+    lifetime_ns: 0,
+    live_born_ns: 0,
 };
 
 /// Saves the stack's live counters as its share of the last peak when a peak came since
@@ -523,19 +525,22 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
 /// charged to, which the live map keeps with the block for its release: `stack`, or
 /// [`LOST_STACK`] when `stack`'s counters could not be created, or [`NO_STACK`] (stacks
 /// off, or not even the lost counters could be created: counted as
-/// `global::STACK_COUNTS_FULL`).
+/// `global::STACK_COUNTS_FULL`); and the block's allocation time (CLOCK_MONOTONIC ns; 0
+/// with [`NO_STACK`]).
 #[inline(always)]
-pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u32 {
+pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> (u32, u64) {
     if depth() == 0 || stack == NO_STACK {
-        return NO_STACK;
+        return (NO_STACK, 0);
     }
     let (stack, c) = match counts_of(tgid, stack) {
         Some(c) => (stack, c),
         None => match counts_of(tgid, LOST_STACK) {
             Some(c) => (LOST_STACK, c),
-            None => return NO_STACK,
+            None => return (NO_STACK, 0),
         },
     };
+    // SAFETY: a helper without arguments.
+    let born = unsafe { generated::bpf_ktime_get_ns() };
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
     unsafe {
@@ -543,16 +548,18 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u
         atomics::add(&raw mut (*c).alloc_bytes, size);
         atomics::add(&raw mut (*c).live_blocks, 1);
         atomics::add(&raw mut (*c).live_bytes, size);
+        atomics::add(&raw mut (*c).live_born_ns, born);
         let live = atomics::load(&raw const (*c).live_bytes);
         if live > (*c).max_live_bytes {
             (*c).max_live_bytes = live;
             (*c).max_live_blocks = atomics::load(&raw const (*c).live_blocks);
         }
     }
-    stack
+    (stack, born)
 }
 
-/// A live `block` was released: charged to the stack the live map kept with it.
+/// A live `block` was released: charged to the stack the live map kept with it, its
+/// lifetime added to the stack's.
 #[inline(always)]
 pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     if depth() == 0 || block.stack == NO_STACK {
@@ -561,6 +568,8 @@ pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     let Some(c) = counts_of(tgid, block.stack) else {
         return;
     };
+    // SAFETY: a helper without arguments.
+    let now = unsafe { generated::bpf_ktime_get_ns() };
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
     unsafe {
@@ -568,5 +577,7 @@ pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
         atomics::add(&raw mut (*c).freed_bytes, block.size);
         atomics::sub(&raw mut (*c).live_blocks, 1);
         atomics::sub(&raw mut (*c).live_bytes, block.size);
+        atomics::add(&raw mut (*c).lifetime_ns, now.wrapping_sub(block.born_ns));
+        atomics::sub(&raw mut (*c).live_born_ns, block.born_ns);
     }
 }

@@ -109,6 +109,7 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
         old_size: 0,
         old_stack: 0,
         _pad: 0,
+        old_born_ns: 0,
         flags,
         entry_sp: c.entry_sp,
     };
@@ -135,6 +136,7 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
         old_size: 0,
         old_stack: 0,
         _pad: 0,
+        old_born_ns: 0,
         flags: if overflow { pending_flags::OVERFLOW } else { 0 },
         entry_sp: c.entry_sp,
     };
@@ -144,6 +146,7 @@ fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
     {
         pending.old_size = old.size;
         pending.old_stack = old.stack;
+        pending.old_born_ns = old.born_ns;
         pending.flags |= pending_flags::OLD_KNOWN;
     }
     account::begin_call(&t, &pending);
@@ -157,6 +160,7 @@ fn old_block(p: &Pending) -> LiveBlock {
         size: p.old_size,
         stack: p.old_stack,
         _pad: 0,
+        born_ns: p.old_born_ns,
     }
 }
 
