@@ -21,6 +21,7 @@
 //! therefore waits for the batches still in flight (at most [`EXIT_WAIT`]).
 
 use std::{
+    os::fd::{AsRawFd, OwnedFd, RawFd},
     sync::{
         LazyLock,
         atomic::{AtomicU32, Ordering},
@@ -30,8 +31,21 @@ use std::{
 
 use crossbeam_channel::{Sender, unbounded};
 
-/// Anything whose drop detaches something from the kernel (a link).
-pub(crate) type Detachable = Box<dyn Send>;
+/// Something whose drop detaches something from the kernel (a link).
+pub(crate) trait Link: Send {
+    /// The descriptors that hold it open.
+    #[allow(dead_code)] // for handing links to another process
+    fn fds(&self) -> Vec<RawFd>;
+}
+
+impl Link for OwnedFd {
+    fn fds(&self) -> Vec<RawFd> {
+        vec![self.as_raw_fd()]
+    }
+}
+
+/// A link, owned: dropping it detaches it.
+pub(crate) type Detachable = Box<dyn Link>;
 
 /// A batch of links to close, and who to tell when they are.
 struct Batch {

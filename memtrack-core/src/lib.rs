@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod bounded_read;
+mod bpf_object;
 mod detach;
 mod ebpf_map;
 mod error;
@@ -48,6 +49,7 @@ mod kernel_stacks;
 mod ld_hook;
 mod loader;
 mod output_dir;
+mod perf_uprobe;
 mod privileges;
 mod process;
 mod process_tracker;

@@ -1,28 +1,25 @@
-//! Loads memtrack's eBPF object and attaches it (aya): one [`Engine`] owns the programs,
-//! the maps and every link, and is the only code that talks to the kernel's BPF side.
+//! Loads memtrack's eBPF object and attaches it: one [`Engine`] owns the programs, the
+//! maps and every link, and is the only code that talks to the kernel's BPF side. The
+//! object is loaded by bpf_object.rs (aya-obj and `bpf()` calls, not aya's
+//! `EbpfLoader`, which parses the kernel's BTF first); the maps are read and written
+//! through aya's typed maps; the links are made by uprobe_multi.rs or perf_uprobe.rs.
 //! Map reading and writing for the tracker lives here too, so the user/kernel contract
 //! (map names, key and value types from `memtrack-common`) is kept in one file.
 
 use std::{
     collections::BTreeMap,
-    num::NonZeroU32,
-    os::fd::{AsFd, OwnedFd},
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
 };
 
-use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData},
-    programs::{
-        RawTracePoint, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    },
-};
+use aya::maps::{Array, HashMap, MapData};
+use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
 use memtrack_common::{LiveBlock, LiveKey, PidStats, TrackState, global, map_names, program_names};
 use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    bpf_object::{self, LoadError, Object},
     detach::Detachable,
     ebpf_map::{map_err, take_map},
     error::{Error, Result},
@@ -125,19 +122,36 @@ pub struct ProbeInfo {
     pub return_offset: u64,
 }
 
-/// How uprobes are attached.
+/// Which kind of link the uprobe programs were loaded for (a program loaded for
+/// uprobe_multi links cannot make perf-event links, nor the other way round).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum UprobeMode {
-    /// The uprobe programs, loaded by `uprobe_multi` for its links, by name.
-    Multi(std::collections::HashMap<&'static str, OwnedFd>),
-    /// aya's perf-event links (the programs are loaded in `ebpf`).
+    /// uprobe_multi.rs links.
+    Multi,
+    /// perf_uprobe.rs links.
     Perf,
+}
+
+/// The loaded uprobe programs (the unwind program among them with stacks on), by name.
+struct UprobePrograms {
+    mode: UprobeMode,
+    fds: std::collections::HashMap<&'static str, OwnedFd>,
+}
+
+impl UprobePrograms {
+    fn get(&self, name: &'static str) -> Result<BorrowedFd<'_>> {
+        self.fds
+            .get(name)
+            .map(|fd| fd.as_fd())
+            .ok_or_else(|| missing_program(name))
+    }
 }
 
 /// Probes attached for one process.
 #[derive(Default)]
 struct ProcessLinks {
-    /// Owned links (uprobe_multi link fds, or aya's perf-event links taken out of their
-    /// program): dropping one detaches it.
+    /// Owned links (uprobe_multi link fds, or perf-event links): dropping one detaches
+    /// it.
     links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
     /// Loader hook sites attached: (object, file offset).
@@ -146,7 +160,11 @@ struct ProcessLinks {
 
 /// The loaded eBPF object, its maps, and the links attached per process.
 pub(crate) struct Engine {
-    ebpf: Ebpf,
+    /// The object: the maps not taken out below (the program array among them, which
+    /// must stay open: the kernel empties a program array when its last user-space
+    /// descriptor closes) and the code the programs were loaded from.
+    #[cfg_attr(not(test), allow(dead_code))] // held for what it keeps open
+    object: Object,
     tracked: HashMap<MapData, u32, TrackState>,
     stats: HashMap<MapData, u32, PidStats>,
     live: HashMap<MapData, LiveKey, LiveBlock>,
@@ -155,10 +173,13 @@ pub(crate) struct Engine {
     ld_hook_stops: HashMap<MapData, u32, u32>,
     /// tgid -> loader hook hits that did not stop the thread.
     ld_hook_misses: HashMap<MapData, u32, u64>,
+    /// The calls in progress, for [`Engine::debug_pending`] (None: the object has no
+    /// such map).
+    pending: Option<HashMap<MapData, u64, memtrack_common::Pending>>,
     processes: BTreeMap<u32, ProcessLinks>,
     /// The syscall counter's link, owned like the uprobe links (None: not counted).
     syscall_link: Option<Detachable>,
-    mode: UprobeMode,
+    programs: UprobePrograms,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
     /// object, not once per process.
@@ -178,7 +199,7 @@ struct Site {
     emulated: bool,
 }
 
-fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + '_ {
+fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Program {
         program: program.to_string(),
         source: Box::new(source),
@@ -197,79 +218,73 @@ impl Engine {
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
-        let mut loader = EbpfLoader::new();
-        let depth = stacks.unwrap_or(0);
+        let depth = stacks.unwrap_or(0).to_ne_bytes();
+        let mut globals: Vec<(&str, &[u8])> = Vec::new();
+        let mut max_entries = vec![(map_names::LIVE, max_live_blocks)];
         if stacks.is_some() {
-            loader.override_global(memtrack_common::stacks::DEPTH_GLOBAL, &depth, true);
-        }
-        // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
-        // is not handed to aya. That does not save its parsing: aya 0.14's
-        // `EbpfLoader::new()` above reads and parses all 5 MiB of it before anything can
-        // be configured (about a fifth of `memtrack run -- /bin/true`'s CPU time here);
-        // loading the object without `EbpfLoader` is what would save it.
-        loader
-            .btf(None)
-            .map_max_entries(map_names::LIVE, max_live_blocks);
-        if stacks.is_some() {
+            globals.push((memtrack_common::stacks::DEPTH_GLOBAL, &depth));
             // With stacks off these maps keep the object's single entry: nothing is
             // reserved for them.
-            loader
-                .map_max_entries(map_names::UNWIND_ROWS, crate::kernel_stacks::MAX_ROWS)
-                .map_max_entries(map_names::STACK_IDS, crate::kernel_stacks::MAX_STACKS)
-                .map_max_entries(
+            max_entries.extend([
+                (map_names::UNWIND_ROWS, crate::kernel_stacks::MAX_ROWS),
+                (map_names::STACK_IDS, crate::kernel_stacks::MAX_STACKS),
+                (
                     map_names::STACK_COUNTS,
                     crate::kernel_stacks::MAX_STACK_COUNTS,
-                );
+                ),
+            ]);
         }
-        let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| match e {
-            aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
-                if name == "LIVE" =>
-            {
-                Error::LiveMap {
-                    blocks: max_live_blocks,
-                    kernel_bytes: live_map_bytes(max_live_blocks),
-                    source: io_error,
+        // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
+        // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
+        let mut object =
+            Object::load(EBPF_OBJECT, &globals, &max_entries).map_err(|e| match e {
+                LoadError::CreateMap { name, source, .. } if name == map_names::LIVE => {
+                    Error::LiveMap {
+                        blocks: max_live_blocks,
+                        kernel_bytes: live_map_bytes(max_live_blocks),
+                        source,
+                    }
                 }
-            }
-            e => Error::Load(Box::new(e)),
-        })?;
-        let mode = load_uprobe_programs(&mut ebpf, links, stacks.is_some())?;
+                e => e.into(),
+            })?;
+        let programs = load_uprobe_programs(&object, links, stacks.is_some())?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
             let (name, tracepoint) = SYSCALL_PROGRAM;
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| missing_program(name))?
-                .try_into()
+            let program = object
+                .load_program(name, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT, None)
                 .map_err(program_err(name))?;
-            program.load().map_err(program_err(name))?;
-            let id = program.attach(tracepoint).map_err(program_err(name))?;
-            syscall_link = Some(Box::new(program.take_link(id).map_err(program_err(name))?));
+            // The link holds the program: its descriptor can go.
+            let link = bpf_object::attach_raw_tracepoint(program.as_fd(), tracepoint)
+                .map_err(program_err(name))?;
+            syscall_link = Some(Box::new(link));
         }
 
-        let tracked = take_map(&mut ebpf, map_names::TRACKED)?;
-        let stats = take_map(&mut ebpf, map_names::STATS)?;
-        let live = take_map(&mut ebpf, map_names::LIVE)?;
-        let global = take_map(&mut ebpf, map_names::GLOBAL)?;
-        let ld_hook_stops = take_map(&mut ebpf, map_names::LD_HOOK_STOPS)?;
-        let ld_hook_misses = take_map(&mut ebpf, map_names::LD_HOOK_MISSES)?;
+        let tracked = take_map(&mut object, map_names::TRACKED)?;
+        let stats = take_map(&mut object, map_names::STATS)?;
+        let live = take_map(&mut object, map_names::LIVE)?;
+        let global = take_map(&mut object, map_names::GLOBAL)?;
+        let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
+        let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
+        let pending = take_map(&mut object, map_names::PENDING).ok();
         let stacks = match stacks {
-            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut ebpf, depth)?),
+            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut object, depth)?),
             None => None,
         };
         Ok(Engine {
             stacks,
-            ebpf,
+            object,
             tracked,
             stats,
             live,
             global,
             ld_hook_stops,
             ld_hook_misses,
+            pending,
             processes: BTreeMap::new(),
             syscall_link,
-            mode,
+            programs,
             placement,
             sites: std::collections::HashMap::new(),
         })
@@ -313,7 +328,9 @@ impl Engine {
         pid: u32,
         targets: &[ProbeTarget],
     ) -> Result<Vec<ProbeInfo>> {
-        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
         let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
         for target in targets {
             let already = self.processes.get(&pid).is_some_and(|p| {
@@ -325,9 +342,9 @@ impl Engine {
                 planned.push((target, self.site(target)));
             }
         }
-        let links = match &self.mode {
-            UprobeMode::Multi(programs) => attach_multi(programs, pid, &planned)?,
-            UprobeMode::Perf => attach_perf(&mut self.ebpf, pid, scope_pid, &planned)?,
+        let links = match self.programs.mode {
+            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
+            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
         };
         let added: Vec<ProbeInfo> = planned
             .into_iter()
@@ -350,7 +367,9 @@ impl Engine {
         file_offset: u64,
         cookie: u64,
     ) -> Result<bool> {
-        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
         let site = (object.to_path_buf(), file_offset);
         if self
             .processes
@@ -367,47 +386,23 @@ impl Engine {
             pid,
             source,
         };
-        let link: Detachable = match &self.mode {
-            UprobeMode::Multi(programs) => {
-                let fd = programs
-                    .get(program)
-                    .ok_or_else(|| missing_program(program))?;
-                let link = crate::uprobe_multi::attach(
-                    fd.as_fd(),
-                    object,
-                    &[file_offset],
-                    &[cookie],
-                    pid,
-                    false,
-                )
-                .map_err(|source| {
-                    if source.raw_os_error() == Some(libc::ESRCH) {
-                        Error::ProcessGone { pid }
-                    } else {
-                        attach_err(Box::new(source))
-                    }
-                })?;
-                Box::new(link)
+        let fd = self.programs.get(program)?;
+        let gone_or = |source: std::io::Error| {
+            if source.raw_os_error() == Some(libc::ESRCH) {
+                Error::ProcessGone { pid }
+            } else {
+                attach_err(Box::new(source))
             }
-            UprobeMode::Perf => {
-                let prog: &mut UProbe = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(|| missing_program(program))?
-                    .try_into()
-                    .map_err(program_err(program))?;
-                let id = prog
-                    .attach(
-                        UProbeAttachPoint {
-                            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
-                            cookie: Some(cookie),
-                        },
-                        object,
-                        UProbeScope::OneProcess(scope_pid),
-                    )
-                    .map_err(|source| attach_err(Box::new(source)))?;
-                Box::new(prog.take_link(id).map_err(program_err(program))?)
-            }
+        };
+        let link: Detachable = match self.programs.mode {
+            UprobeMode::Multi => Box::new(
+                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
+                    .map_err(gone_or)?,
+            ),
+            UprobeMode::Perf => Box::new(
+                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
+                    .map_err(gone_or)?,
+            ),
         };
         // Misses are counted into an existing entry (BPF_NOEXIST: keep one the hook made).
         let _ = self.ld_hook_misses.insert(pid, 0, 1);
@@ -556,13 +551,9 @@ impl Engine {
 
     /// Prints the calls in progress (debugging aid, MEMTRACK_DEBUG_FOLLOW).
     pub(crate) fn debug_pending(&mut self) {
-        if let Some(map) = self.ebpf.map(map_names::PENDING) {
-            let pending: Result<HashMap<&MapData, u64, memtrack_common::Pending>, _> =
-                HashMap::try_from(map);
-            if let Ok(pending) = pending {
-                for entry in pending.iter().flatten() {
-                    eprintln!("memtrack: pending {:?}", entry);
-                }
+        if let Some(pending) = &self.pending {
+            for entry in pending.iter().flatten() {
+                eprintln!("memtrack: pending {:?}", entry);
             }
         }
     }
@@ -642,51 +633,49 @@ impl Drop for Engine {
 fn missing_program(name: &str) -> Error {
     Error::Program {
         program: name.to_string(),
-        source: Box::new(aya::programs::ProgramError::UnexpectedProgramType),
+        source: Box::new(std::io::Error::other("it was not loaded")),
     }
 }
 
-/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else
-/// through aya for perf-event links; with `stacks`, also the unwind program, the same
-/// way (a tail call needs the entry program's type and expected attach type), and puts
-/// it into the entry program's program array. Stacks fail to load as a whole if it
-/// cannot be loaded.
-fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks, stacks: bool) -> Result<UprobeMode> {
+/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else for
+/// perf-event links; with `stacks`, also the unwind program, the same way (a tail call
+/// needs the entry program's type and expected attach type), and puts it into the entry
+/// program's program array. Stacks fail to load as a whole if it cannot be loaded.
+fn load_uprobe_programs(
+    object: &Object,
+    links: UprobeLinks,
+    stacks: bool,
+) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
         names.push(UNWIND_PROGRAM);
     }
-    if links == UprobeLinks::Auto
+    // Asked before any of the object's programs is loaded: the first program loaded
+    // that uses UNWIND_PROGS fixes the array's expected attach type (uprobe_multi.rs).
+    let mode = if links == UprobeLinks::Auto
         && !crate::uprobe_multi::forced_off()
         && crate::uprobe_multi::supported()
     {
-        let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &names)?;
-        if stacks {
-            let unwind = programs
-                .get(UNWIND_PROGRAM)
-                .ok_or_else(|| missing_program(UNWIND_PROGRAM))?;
-            crate::unwind_chain::install(ebpf, unwind.as_fd())?;
-        }
-        return Ok(UprobeMode::Multi(programs));
-    }
-    for &name in &names {
-        let program: &mut UProbe = ebpf
-            .program_mut(name)
-            .ok_or_else(|| missing_program(name))?
-            .try_into()
+        UprobeMode::Multi
+    } else {
+        UprobeMode::Perf
+    };
+    let attach_type = match mode {
+        UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
+        UprobeMode::Perf => None,
+    };
+    let mut fds = std::collections::HashMap::new();
+    for name in names {
+        let fd = object
+            .load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
             .map_err(program_err(name))?;
-        program.load().map_err(program_err(name))?;
+        fds.insert(name, fd);
     }
+    let programs = UprobePrograms { mode, fds };
     if stacks {
-        let program: &UProbe = ebpf
-            .program(UNWIND_PROGRAM)
-            .ok_or_else(|| missing_program(UNWIND_PROGRAM))?
-            .try_into()
-            .map_err(program_err(UNWIND_PROGRAM))?;
-        let fd = program.fd().map_err(program_err(UNWIND_PROGRAM))?;
-        crate::unwind_chain::install(ebpf, fd.as_fd())?;
+        crate::unwind_chain::install(object, programs.get(UNWIND_PROGRAM)?)?;
     }
-    Ok(UprobeMode::Perf)
+    Ok(programs)
 }
 
 /// The cookie every probe of `target` carries: which function, and how far the stack
@@ -704,7 +693,7 @@ type MultiSites = (Vec<u64>, Vec<u64>);
 
 /// One uprobe_multi link per (object, program): every site of the plan that uses it.
 fn attach_multi(
-    programs: &std::collections::HashMap<&'static str, OwnedFd>,
+    programs: &UprobePrograms,
     pid: u32,
     planned: &[(&ProbeTarget, Site)],
 ) -> Result<Vec<Detachable>> {
@@ -726,11 +715,8 @@ fn attach_multi(
     }
     let mut links: Vec<Detachable> = Vec::with_capacity(groups.len());
     for ((object, program), (offsets, cookies)) in groups {
-        let fd = programs
-            .get(program)
-            .ok_or_else(|| missing_program(program))?;
         let link = crate::uprobe_multi::attach(
-            fd.as_fd(),
+            programs.get(program)?,
             object,
             &offsets,
             &cookies,
@@ -756,9 +742,8 @@ fn attach_multi(
 
 /// One perf-event link per site (kernels without uprobe_multi).
 fn attach_perf(
-    ebpf: &mut Ebpf,
+    programs: &UprobePrograms,
     pid: u32,
-    scope_pid: NonZeroU32,
     planned: &[(&ProbeTarget, Site)],
 ) -> Result<Vec<Detachable>> {
     let mut links: Vec<Detachable> = Vec::new();
@@ -770,28 +755,27 @@ fn attach_perf(
         }
         for (program, offset) in sites {
             let offset = target.file_offset + offset;
-            let prog: &mut UProbe = ebpf
-                .program_mut(program)
-                .ok_or_else(|| missing_program(program))?
-                .try_into()
-                .map_err(program_err(program))?;
-            let id = prog
-                .attach(
-                    UProbeAttachPoint {
-                        location: UProbeAttachLocation::AbsoluteOffset(offset),
-                        cookie: Some(cookie),
-                    },
-                    &target.object,
-                    UProbeScope::OneProcess(scope_pid),
-                )
-                .map_err(|source| Error::Attach {
+            let link = crate::perf_uprobe::attach(
+                programs.get(program)?,
+                &target.object,
+                offset,
+                pid,
+                program == program_names::RETURN,
+                cookie,
+            )
+            .map_err(|source| {
+                if source.raw_os_error() == Some(libc::ESRCH) {
+                    return Error::ProcessGone { pid };
+                }
+                Error::Attach {
                     program: program.to_string(),
                     path: target.object.clone(),
                     offsets: vec![offset],
                     pid,
                     source: Box::new(source),
-                })?;
-            links.push(Box::new(prog.take_link(id).map_err(program_err(program))?));
+                }
+            })?;
+            links.push(Box::new(link));
         }
     }
     Ok(links)
@@ -896,20 +880,9 @@ mod tests {
                     stacks,
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
-                let slot = crate::unwind_chain::installed_id(&engine.ebpf)
+                let slot = crate::unwind_chain::installed_id(&engine.object)
                     .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
-                let loaded = match &engine.mode {
-                    super::UprobeMode::Multi(programs) => programs.contains_key(UNWIND_PROGRAM),
-                    super::UprobeMode::Perf => {
-                        let program: &aya::programs::UProbe = engine
-                            .ebpf
-                            .program(UNWIND_PROGRAM)
-                            .expect("the object has the unwind program")
-                            .try_into()
-                            .expect("a uprobe");
-                        program.fd().is_ok()
-                    }
-                };
+                let loaded = engine.programs.fds.contains_key(UNWIND_PROGRAM);
                 assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
                 match slot {
                     None => assert!(stacks.is_none(), "{case}: empty slot"),
@@ -922,9 +895,12 @@ mod tests {
                         assert_eq!(program.name_as_str(), Some(UNWIND_PROGRAM), "{case}");
                     }
                 }
-                if links == super::UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
-                    assert!(
-                        matches!(engine.mode, super::UprobeMode::Multi(_)),
+                if links == super::UprobeLinks::PerfEvent {
+                    assert_eq!(engine.programs.mode, super::UprobeMode::Perf, "{case}");
+                } else if !crate::uprobe_multi::forced_off() {
+                    assert_eq!(
+                        engine.programs.mode,
+                        super::UprobeMode::Multi,
                         "{case}: this kernel has uprobe_multi"
                     );
                 }
