@@ -908,14 +908,14 @@ mod tests {
         }
     }
 
-    /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is
-    /// only right while the programs have no CO-RE relocations.
+    /// bpf_object.rs neither reads nor applies the kernel's BTF (reading and parsing it
+    /// is slow): that is only right while the programs have no CO-RE relocations.
     #[test]
     fn programs_need_no_core_relocations() {
         assert!(
             !parsed().has_btf_relocations(),
-            "the eBPF programs now have CO-RE relocations: pass the kernel's BTF to \
-             EbpfLoader in Engine::load"
+            "the eBPF programs now have CO-RE relocations: bpf_object::Object::load must \
+             relocate them against the kernel's BTF (aya_obj::Object::relocate_btf)"
         );
     }
 
