@@ -396,6 +396,10 @@ fn run(
         // stdout is the JSON report's: the command writes its own to stderr.
         spec = spec.fd(1, 2);
     }
+    // This process ends right after the run: the kernel's detaching of the probes
+    // (20-60 ms of grace periods) is left to a helper at exit instead of waited for.
+    // The results are written and the report printed before that.
+    memtrack::hand_off_links_at_exit();
     let outcome = match memtrack_cli::runner::run(spec, &options) {
         Ok(outcome) => outcome,
         Err(e @ Error::Tracking(memtrack::Error::CommandNotFound { .. })) => {

@@ -2,9 +2,10 @@
 //! Shared by the loader (the counting maps) and the kernel stacks (the unwinding and
 //! stack maps), which each own the maps they take.
 
-use aya::Ebpf;
-
-use crate::error::{Error, Result};
+use crate::{
+    bpf_object::Object,
+    error::{Error, Result},
+};
 
 /// The error of an operation on map `map`.
 pub(crate) fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
@@ -14,17 +15,17 @@ pub(crate) fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> 
     }
 }
 
-/// Takes map `name` out of `ebpf` as a `T`; an error if the object has no such map or it
-/// is not a `T`.
-pub(crate) fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+/// Takes map `name` out of `object` as a `T`; an error if the object has no such map
+/// (or it was taken) or it is not a `T`.
+pub(crate) fn take_map<T>(object: &mut Object, name: &'static str) -> Result<T>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
-    let map = ebpf.take_map(name).ok_or(Error::Map {
+    let map = object.take_map(name).ok_or(Error::Map {
         map: name,
         source: Box::new(aya::maps::MapError::InvalidName {
             name: name.to_string(),
         }),
     })?;
-    T::try_from(map).map_err(map_err(name))
+    T::try_from(map.map_err(map_err(name))?).map_err(map_err(name))
 }

@@ -43,9 +43,17 @@ pub enum Error {
         pid: u32,
     },
 
-    /// Loading the eBPF object into the kernel failed.
-    #[error("loading memtrack's eBPF programs failed: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
+    /// Loading the eBPF object into the kernel failed (parsing it, its BTF, creating
+    /// one of its maps, relocating its code).
+    #[error("loading memtrack's eBPF object failed while {step}: {source}")]
+    Load {
+        /// The step that failed, with its argument (e.g. "creating map `STATS` with 4096
+        /// entries").
+        step: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 
     /// Loading or attaching one program failed.
     #[error("eBPF program `{program}`: {source}")]

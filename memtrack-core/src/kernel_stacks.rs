@@ -62,7 +62,7 @@ pub(crate) struct KernelStacks {
 
 impl KernelStacks {
     /// Takes the stack maps out of an object loaded with its depth global set to `depth`.
-    pub(crate) fn new(ebpf: &mut aya::Ebpf, depth: u32) -> Result<KernelStacks> {
+    pub(crate) fn new(object: &mut crate::bpf_object::Object, depth: u32) -> Result<KernelStacks> {
         use memtrack_common::map_names as n;
         Ok(KernelStacks {
             depth,
@@ -71,10 +71,10 @@ impl KernelStacks {
             tables: Vec::new(),
             objects: Vec::new(),
             next_row: 0,
-            rows: take_map(ebpf, n::UNWIND_ROWS)?,
-            mappings: take_map(ebpf, n::MAPPINGS)?,
-            ids: take_map(ebpf, n::STACK_IDS)?,
-            counts: take_map(ebpf, n::STACK_COUNTS)?,
+            rows: take_map(object, n::UNWIND_ROWS)?,
+            mappings: take_map(object, n::MAPPINGS)?,
+            ids: take_map(object, n::STACK_IDS)?,
+            counts: take_map(object, n::STACK_COUNTS)?,
             finished: BTreeMap::new(),
         })
     }

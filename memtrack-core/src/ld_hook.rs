@@ -54,8 +54,9 @@ fn cookie() -> &'static Result<u64, String> {
     })
 }
 
-/// Starts reading the kernel's BTF on another thread (a few milliseconds, up to tens
-/// under load), so the first [`LdHooks::install`] does not wait for it.
+/// Starts reading the kernel's BTF on another thread (a few milliseconds where the
+/// kernel lets it be mapped, up to tens under load where it is copied), so the first
+/// [`LdHooks::install`] does not wait for it.
 pub(crate) fn prefetch() {
     if COOKIE.get().is_none() {
         let _ = std::thread::Builder::new()

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod bounded_read;
+mod bpf_object;
 mod detach;
 mod ebpf_map;
 mod error;
@@ -48,6 +49,7 @@ mod kernel_stacks;
 mod ld_hook;
 mod loader;
 mod output_dir;
+mod perf_uprobe;
 mod privileges;
 mod process;
 mod process_tracker;
@@ -64,6 +66,7 @@ mod unwind_chain;
 mod uprobe_multi;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
+pub use detach::hand_off_links_at_exit;
 pub use error::{Error, Result};
 pub use loader::{MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes};
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};

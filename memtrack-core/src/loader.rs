@@ -1,23 +1,19 @@
-//! Loads memtrack's eBPF object and attaches it (aya): one [`Engine`] owns the programs,
-//! the maps and every link, and is the only code that talks to the kernel's BPF side.
+//! Loads memtrack's eBPF object and attaches it: one [`Engine`] owns the programs, the
+//! maps and every link, and is the only code that talks to the kernel's BPF side. The
+//! object is loaded by bpf_object.rs (aya-obj and `bpf()` calls, not aya's
+//! `EbpfLoader`, which parses the kernel's BTF first); the maps are read and written
+//! through aya's typed maps; the links are made by uprobe_multi.rs or perf_uprobe.rs.
 //! Map reading and writing for the tracker lives here too, so the user/kernel contract
 //! (map names, key and value types from `memtrack-common`) is kept in one file.
 
 use std::{
     collections::BTreeMap,
-    num::NonZeroU32,
-    os::fd::{AsFd, OwnedFd},
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
 };
 
-use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData},
-    programs::{
-        RawTracePoint, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    },
-};
+use aya::maps::{Array, HashMap, MapData};
+use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
 use memtrack_common::{
     LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, TrackState, global,
     map_names, program_names,
@@ -26,6 +22,7 @@ use memtrack_targets::ProbeTarget;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    bpf_object::{self, LoadError, Object},
     detach::Detachable,
     ebpf_map::{map_err, take_map},
     error::{Error, Result},
@@ -40,17 +37,20 @@ static EBPF_OBJECT: &[u8] =
 /// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`](crate::TrackerBuilder::max_live_blocks)): 134,217,728
 /// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
 /// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
-/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 16): 2^27 blocks
+/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 24): 2^27 blocks
 /// took about 11 GiB of kernel memory and 18 s to reserve ([`live_map_bytes`]); a machine without that much memory refuses
 /// ([`Error::LiveMap`](crate::Error::LiveMap)).
 pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
 
 /// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
-/// tracker loads: 80 bytes per preallocated entry (the kernel's 48-byte element header,
-/// the 16-byte key, the 16-byte value: size and stack id) and 16 per hash bucket, of
-/// which there are `blocks` rounded up to a power of two.
+/// tracker loads: 88 bytes per preallocated entry (the kernel's 48-byte element header,
+/// the 16-byte key, the 24-byte value: size, stack id and allocation time) and 16 per
+/// hash bucket, of which there are `blocks` rounded up to a power of two.
 pub fn live_map_bytes(blocks: u32) -> u64 {
-    u64::from(blocks) * 80 + u64::from(blocks).next_power_of_two() * 16
+    /// The kernel's `struct htab_elem` header before the key (Linux 6.x, x86_64).
+    const ELEMENT_HEADER: u64 = 48;
+    let entry = ELEMENT_HEADER + (size_of::<LiveKey>() + size_of::<LiveBlock>()) as u64;
+    u64::from(blocks) * entry + u64::from(blocks).next_power_of_two() * 16
 }
 
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
@@ -128,19 +128,36 @@ pub struct ProbeInfo {
     pub return_offset: u64,
 }
 
-/// How uprobes are attached.
+/// Which kind of link the uprobe programs were loaded for (a program loaded for
+/// uprobe_multi links cannot make perf-event links, nor the other way round).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum UprobeMode {
-    /// The uprobe programs, loaded by `uprobe_multi` for its links, by name.
-    Multi(std::collections::HashMap<&'static str, OwnedFd>),
-    /// aya's perf-event links (the programs are loaded in `ebpf`).
+    /// uprobe_multi.rs links.
+    Multi,
+    /// perf_uprobe.rs links.
     Perf,
+}
+
+/// The loaded uprobe programs (the unwind program among them with stacks on), by name.
+struct UprobePrograms {
+    mode: UprobeMode,
+    fds: std::collections::HashMap<&'static str, OwnedFd>,
+}
+
+impl UprobePrograms {
+    fn get(&self, name: &'static str) -> Result<BorrowedFd<'_>> {
+        self.fds
+            .get(name)
+            .map(|fd| fd.as_fd())
+            .ok_or_else(|| missing_program(name))
+    }
 }
 
 /// Probes attached for one process.
 #[derive(Default)]
 struct ProcessLinks {
-    /// Owned links (uprobe_multi link fds, or aya's perf-event links taken out of their
-    /// program): dropping one detaches it.
+    /// Owned links (uprobe_multi link fds, or perf-event links): dropping one detaches
+    /// it.
     links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
     /// Loader hook sites attached: (object, file offset).
@@ -149,7 +166,11 @@ struct ProcessLinks {
 
 /// The loaded eBPF object, its maps, and the links attached per process.
 pub(crate) struct Engine {
-    ebpf: Ebpf,
+    /// The object: the maps not taken out below (the program array among them, which
+    /// must stay open: the kernel empties a program array when its last user-space
+    /// descriptor closes) and the code the programs were loaded from.
+    #[cfg_attr(not(test), allow(dead_code))] // held for what it keeps open
+    object: Object,
     tracked: Array<MapData, ProcessSlot>,
     slot_map: HashMap<MapData, u32, u32>,
     stats: Array<MapData, PidStats>,
@@ -164,7 +185,7 @@ pub(crate) struct Engine {
     processes: BTreeMap<u32, ProcessLinks>,
     /// The syscall counter's link, owned like the uprobe links (None: not counted).
     syscall_link: Option<Detachable>,
-    mode: UprobeMode,
+    programs: UprobePrograms,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
     /// object, not once per process.
@@ -216,7 +237,7 @@ struct Site {
     emulated: bool,
 }
 
-fn program_err(program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + '_ {
+fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Program {
         program: program.to_string(),
         source: Box::new(source),
@@ -235,74 +256,63 @@ impl Engine {
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
-        let mut loader = EbpfLoader::new();
-        let depth = stacks.unwrap_or(0);
+        let depth = stacks.unwrap_or(0).to_ne_bytes();
+        let mut globals: Vec<(&str, &[u8])> = Vec::new();
+        let mut max_entries = vec![(map_names::LIVE, max_live_blocks)];
         if stacks.is_some() {
-            loader.override_global(memtrack_common::stacks::DEPTH_GLOBAL, &depth, true);
-        }
-        // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
-        // is not handed to aya. That does not save its parsing: aya 0.14's
-        // `EbpfLoader::new()` above reads and parses all 5 MiB of it before anything can
-        // be configured (about a fifth of `memtrack run -- /bin/true`'s CPU time here);
-        // loading the object without `EbpfLoader` is what would save it.
-        loader
-            .btf(None)
-            // The per-thread task storage (THREADS), which aya 0.14 creates but has no
-            // type for.
-            .allow_unsupported_maps()
-            .map_max_entries(map_names::LIVE, max_live_blocks);
-        if stacks.is_some() {
+            globals.push((memtrack_common::stacks::DEPTH_GLOBAL, &depth));
             // With stacks off these maps keep the object's single entry: nothing is
             // reserved for them.
-            loader
-                .map_max_entries(map_names::UNWIND_ROWS, crate::kernel_stacks::MAX_ROWS)
-                .map_max_entries(map_names::STACK_IDS, crate::kernel_stacks::MAX_STACKS)
-                .map_max_entries(
+            max_entries.extend([
+                (map_names::UNWIND_ROWS, crate::kernel_stacks::MAX_ROWS),
+                (map_names::STACK_IDS, crate::kernel_stacks::MAX_STACKS),
+                (
                     map_names::STACK_COUNTS,
                     crate::kernel_stacks::MAX_STACK_COUNTS,
-                );
+                ),
+            ]);
         }
-        let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| match e {
-            aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
-                if name == "LIVE" =>
-            {
-                Error::LiveMap {
-                    blocks: max_live_blocks,
-                    kernel_bytes: live_map_bytes(max_live_blocks),
-                    source: io_error,
+        // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
+        // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
+        let mut object =
+            Object::load(EBPF_OBJECT, &globals, &max_entries).map_err(|e| match e {
+                LoadError::CreateMap { name, source, .. } if name == map_names::LIVE => {
+                    Error::LiveMap {
+                        blocks: max_live_blocks,
+                        kernel_bytes: live_map_bytes(max_live_blocks),
+                        source,
+                    }
                 }
-            }
-            e => Error::Load(Box::new(e)),
-        })?;
-        let mode = load_uprobe_programs(&mut ebpf, links, stacks.is_some())?;
+                e => e.into(),
+            })?;
+        let programs = load_uprobe_programs(&object, links, stacks.is_some())?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
             let (name, tracepoint) = SYSCALL_PROGRAM;
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| missing_program(name))?
-                .try_into()
+            let program = object
+                .load_program(name, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT, None)
                 .map_err(program_err(name))?;
-            program.load().map_err(program_err(name))?;
-            let id = program.attach(tracepoint).map_err(program_err(name))?;
-            syscall_link = Some(Box::new(program.take_link(id).map_err(program_err(name))?));
+            // The link holds the program: its descriptor can go.
+            let link = bpf_object::attach_raw_tracepoint(program.as_fd(), tracepoint)
+                .map_err(program_err(name))?;
+            syscall_link = Some(Box::new(link));
         }
 
-        let tracked = take_map(&mut ebpf, map_names::TRACKED)?;
-        let slot_map = take_map(&mut ebpf, map_names::SLOTS)?;
-        let stats = take_map(&mut ebpf, map_names::STATS)?;
-        let live = take_map(&mut ebpf, map_names::LIVE)?;
-        let global = take_map(&mut ebpf, map_names::GLOBAL)?;
-        let ld_hook_stops = take_map(&mut ebpf, map_names::LD_HOOK_STOPS)?;
-        let ld_hook_misses = take_map(&mut ebpf, map_names::LD_HOOK_MISSES)?;
+        let tracked = take_map(&mut object, map_names::TRACKED)?;
+        let slot_map = take_map(&mut object, map_names::SLOTS)?;
+        let stats = take_map(&mut object, map_names::STATS)?;
+        let live = take_map(&mut object, map_names::LIVE)?;
+        let global = take_map(&mut object, map_names::GLOBAL)?;
+        let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
+        let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
         let stacks = match stacks {
-            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut ebpf, depth)?),
+            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut object, depth)?),
             None => None,
         };
         Ok(Engine {
             stacks,
-            ebpf,
+            object,
             tracked,
             slot_map,
             stats,
@@ -313,7 +323,7 @@ impl Engine {
             ld_hook_misses,
             processes: BTreeMap::new(),
             syscall_link,
-            mode,
+            programs,
             placement,
             sites: std::collections::HashMap::new(),
         })
@@ -357,7 +367,9 @@ impl Engine {
         pid: u32,
         targets: &[ProbeTarget],
     ) -> Result<Vec<ProbeInfo>> {
-        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
         let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
         for target in targets {
             let already = self.processes.get(&pid).is_some_and(|p| {
@@ -369,9 +381,9 @@ impl Engine {
                 planned.push((target, self.site(target)));
             }
         }
-        let links = match &self.mode {
-            UprobeMode::Multi(programs) => attach_multi(programs, pid, &planned)?,
-            UprobeMode::Perf => attach_perf(&mut self.ebpf, pid, scope_pid, &planned)?,
+        let links = match self.programs.mode {
+            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
+            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
         };
         let added: Vec<ProbeInfo> = planned
             .into_iter()
@@ -394,7 +406,9 @@ impl Engine {
         file_offset: u64,
         cookie: u64,
     ) -> Result<bool> {
-        let scope_pid = NonZeroU32::new(pid).ok_or(Error::ProcessGone { pid })?;
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
         let site = (object.to_path_buf(), file_offset);
         if self
             .processes
@@ -411,47 +425,23 @@ impl Engine {
             pid,
             source,
         };
-        let link: Detachable = match &self.mode {
-            UprobeMode::Multi(programs) => {
-                let fd = programs
-                    .get(program)
-                    .ok_or_else(|| missing_program(program))?;
-                let link = crate::uprobe_multi::attach(
-                    fd.as_fd(),
-                    object,
-                    &[file_offset],
-                    &[cookie],
-                    pid,
-                    false,
-                )
-                .map_err(|source| {
-                    if source.raw_os_error() == Some(libc::ESRCH) {
-                        Error::ProcessGone { pid }
-                    } else {
-                        attach_err(Box::new(source))
-                    }
-                })?;
-                Box::new(link)
+        let fd = self.programs.get(program)?;
+        let gone_or = |source: std::io::Error| {
+            if source.raw_os_error() == Some(libc::ESRCH) {
+                Error::ProcessGone { pid }
+            } else {
+                attach_err(Box::new(source))
             }
-            UprobeMode::Perf => {
-                let prog: &mut UProbe = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(|| missing_program(program))?
-                    .try_into()
-                    .map_err(program_err(program))?;
-                let id = prog
-                    .attach(
-                        UProbeAttachPoint {
-                            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
-                            cookie: Some(cookie),
-                        },
-                        object,
-                        UProbeScope::OneProcess(scope_pid),
-                    )
-                    .map_err(|source| attach_err(Box::new(source)))?;
-                Box::new(prog.take_link(id).map_err(program_err(program))?)
-            }
+        };
+        let link: Detachable = match self.programs.mode {
+            UprobeMode::Multi => Box::new(
+                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
+                    .map_err(gone_or)?,
+            ),
+            UprobeMode::Perf => Box::new(
+                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
+                    .map_err(gone_or)?,
+            ),
         };
         // Misses are counted into an existing entry (BPF_NOEXIST: keep one the hook made).
         let _ = self.ld_hook_misses.insert(pid, 0, 1);
@@ -741,51 +731,49 @@ impl Drop for Engine {
 fn missing_program(name: &str) -> Error {
     Error::Program {
         program: name.to_string(),
-        source: Box::new(aya::programs::ProgramError::UnexpectedProgramType),
+        source: Box::new(std::io::Error::other("it was not loaded")),
     }
 }
 
-/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else
-/// through aya for perf-event links; with `stacks`, also the unwind program, the same
-/// way (a tail call needs the entry program's type and expected attach type), and puts
-/// it into the entry program's program array. Stacks fail to load as a whole if it
-/// cannot be loaded.
-fn load_uprobe_programs(ebpf: &mut Ebpf, links: UprobeLinks, stacks: bool) -> Result<UprobeMode> {
+/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else for
+/// perf-event links; with `stacks`, also the unwind program, the same way (a tail call
+/// needs the entry program's type and expected attach type), and puts it into the entry
+/// program's program array. Stacks fail to load as a whole if it cannot be loaded.
+fn load_uprobe_programs(
+    object: &Object,
+    links: UprobeLinks,
+    stacks: bool,
+) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
         names.push(UNWIND_PROGRAM);
     }
-    if links == UprobeLinks::Auto
+    // Asked before any of the object's programs is loaded: the first program loaded
+    // that uses UNWIND_PROGS fixes the array's expected attach type (uprobe_multi.rs).
+    let mode = if links == UprobeLinks::Auto
         && !crate::uprobe_multi::forced_off()
         && crate::uprobe_multi::supported()
     {
-        let programs = crate::uprobe_multi::load_programs(ebpf, EBPF_OBJECT, &names)?;
-        if stacks {
-            let unwind = programs
-                .get(UNWIND_PROGRAM)
-                .ok_or_else(|| missing_program(UNWIND_PROGRAM))?;
-            crate::unwind_chain::install(ebpf, unwind.as_fd())?;
-        }
-        return Ok(UprobeMode::Multi(programs));
-    }
-    for &name in &names {
-        let program: &mut UProbe = ebpf
-            .program_mut(name)
-            .ok_or_else(|| missing_program(name))?
-            .try_into()
+        UprobeMode::Multi
+    } else {
+        UprobeMode::Perf
+    };
+    let attach_type = match mode {
+        UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
+        UprobeMode::Perf => None,
+    };
+    let mut fds = std::collections::HashMap::new();
+    for name in names {
+        let fd = object
+            .load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
             .map_err(program_err(name))?;
-        program.load().map_err(program_err(name))?;
+        fds.insert(name, fd);
     }
+    let programs = UprobePrograms { mode, fds };
     if stacks {
-        let program: &UProbe = ebpf
-            .program(UNWIND_PROGRAM)
-            .ok_or_else(|| missing_program(UNWIND_PROGRAM))?
-            .try_into()
-            .map_err(program_err(UNWIND_PROGRAM))?;
-        let fd = program.fd().map_err(program_err(UNWIND_PROGRAM))?;
-        crate::unwind_chain::install(ebpf, fd.as_fd())?;
+        crate::unwind_chain::install(object, programs.get(UNWIND_PROGRAM)?)?;
     }
-    Ok(UprobeMode::Perf)
+    Ok(programs)
 }
 
 /// The cookie every probe of `target` carries: which function, and how far the stack
@@ -803,7 +791,7 @@ type MultiSites = (Vec<u64>, Vec<u64>);
 
 /// One uprobe_multi link per (object, program): every site of the plan that uses it.
 fn attach_multi(
-    programs: &std::collections::HashMap<&'static str, OwnedFd>,
+    programs: &UprobePrograms,
     pid: u32,
     planned: &[(&ProbeTarget, Site)],
 ) -> Result<Vec<Detachable>> {
@@ -825,11 +813,8 @@ fn attach_multi(
     }
     let mut links: Vec<Detachable> = Vec::with_capacity(groups.len());
     for ((object, program), (offsets, cookies)) in groups {
-        let fd = programs
-            .get(program)
-            .ok_or_else(|| missing_program(program))?;
         let link = crate::uprobe_multi::attach(
-            fd.as_fd(),
+            programs.get(program)?,
             object,
             &offsets,
             &cookies,
@@ -855,9 +840,8 @@ fn attach_multi(
 
 /// One perf-event link per site (kernels without uprobe_multi).
 fn attach_perf(
-    ebpf: &mut Ebpf,
+    programs: &UprobePrograms,
     pid: u32,
-    scope_pid: NonZeroU32,
     planned: &[(&ProbeTarget, Site)],
 ) -> Result<Vec<Detachable>> {
     let mut links: Vec<Detachable> = Vec::new();
@@ -869,28 +853,27 @@ fn attach_perf(
         }
         for (program, offset) in sites {
             let offset = target.file_offset + offset;
-            let prog: &mut UProbe = ebpf
-                .program_mut(program)
-                .ok_or_else(|| missing_program(program))?
-                .try_into()
-                .map_err(program_err(program))?;
-            let id = prog
-                .attach(
-                    UProbeAttachPoint {
-                        location: UProbeAttachLocation::AbsoluteOffset(offset),
-                        cookie: Some(cookie),
-                    },
-                    &target.object,
-                    UProbeScope::OneProcess(scope_pid),
-                )
-                .map_err(|source| Error::Attach {
+            let link = crate::perf_uprobe::attach(
+                programs.get(program)?,
+                &target.object,
+                offset,
+                pid,
+                program == program_names::RETURN,
+                cookie,
+            )
+            .map_err(|source| {
+                if source.raw_os_error() == Some(libc::ESRCH) {
+                    return Error::ProcessGone { pid };
+                }
+                Error::Attach {
                     program: program.to_string(),
                     path: target.object.clone(),
                     offsets: vec![offset],
                     pid,
                     source: Box::new(source),
-                })?;
-            links.push(Box::new(prog.take_link(id).map_err(program_err(program))?));
+                }
+            })?;
+            links.push(Box::new(link));
         }
     }
     Ok(links)
@@ -963,7 +946,7 @@ mod tests {
         assert_eq!(source.raw_os_error(), Some(libc::E2BIG), "{err}");
         assert!(
             err.to_string().starts_with(
-                "creating the kernel map for 134217729 live blocks (about 14336 MiB of kernel \
+                "creating the kernel map for 134217729 live blocks (about 15360 MiB of kernel \
                  memory, reserved when memtrack starts) failed: "
             ),
             "{err}"
@@ -995,20 +978,9 @@ mod tests {
                     stacks,
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
-                let slot = crate::unwind_chain::installed_id(&engine.ebpf)
+                let slot = crate::unwind_chain::installed_id(&engine.object)
                     .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
-                let loaded = match &engine.mode {
-                    super::UprobeMode::Multi(programs) => programs.contains_key(UNWIND_PROGRAM),
-                    super::UprobeMode::Perf => {
-                        let program: &aya::programs::UProbe = engine
-                            .ebpf
-                            .program(UNWIND_PROGRAM)
-                            .expect("the object has the unwind program")
-                            .try_into()
-                            .expect("a uprobe");
-                        program.fd().is_ok()
-                    }
-                };
+                let loaded = engine.programs.fds.contains_key(UNWIND_PROGRAM);
                 assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
                 match slot {
                     None => assert!(stacks.is_none(), "{case}: empty slot"),
@@ -1021,9 +993,12 @@ mod tests {
                         assert_eq!(program.name_as_str(), Some(UNWIND_PROGRAM), "{case}");
                     }
                 }
-                if links == super::UprobeLinks::Auto && !crate::uprobe_multi::forced_off() {
-                    assert!(
-                        matches!(engine.mode, super::UprobeMode::Multi(_)),
+                if links == super::UprobeLinks::PerfEvent {
+                    assert_eq!(engine.programs.mode, super::UprobeMode::Perf, "{case}");
+                } else if !crate::uprobe_multi::forced_off() {
+                    assert_eq!(
+                        engine.programs.mode,
+                        super::UprobeMode::Multi,
                         "{case}: this kernel has uprobe_multi"
                     );
                 }
@@ -1031,14 +1006,14 @@ mod tests {
         }
     }
 
-    /// `Engine::load` does not give aya the kernel's BTF (parsing it is slow): that is
-    /// only right while the programs have no CO-RE relocations.
+    /// bpf_object.rs neither reads nor applies the kernel's BTF (reading and parsing it
+    /// is slow): that is only right while the programs have no CO-RE relocations.
     #[test]
     fn programs_need_no_core_relocations() {
         assert!(
             !parsed().has_btf_relocations(),
-            "the eBPF programs now have CO-RE relocations: pass the kernel's BTF to \
-             EbpfLoader in Engine::load"
+            "the eBPF programs now have CO-RE relocations: bpf_object::Object::load must \
+             relocate them against the kernel's BTF (aya_obj::Object::relocate_btf)"
         );
     }
 

@@ -46,7 +46,7 @@ use crate::{
 /// `MEMTRACK_REQUIRE_PRIVILEGED=1`.
 pub const REQUIRE_PRIVILEGED_ENV: &str = "MEMTRACK_REQUIRE_PRIVILEGED";
 
-/// The live-block capacity of a test's tracker: 65,536 blocks, about 5.8 MiB of kernel
+/// The live-block capacity of a test's tracker: 65,536 blocks, about 6.5 MiB of kernel
 /// memory per tracker ([`live_map_bytes`](crate::live_map_bytes)), so that many tests
 /// at once stay cheap. A closure that keeps more blocks live at once makes
 /// [`count`] panic (its numbers would not be exact); give [`count_with`] a builder with a

@@ -57,7 +57,7 @@ impl Default for TrackerBuilder {
 
 impl TrackerBuilder {
     /// Capacity of the kernel's live-block map, shared by all tracked processes: 1 to
-    /// [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576, which reserves about 88 MiB of kernel
+    /// [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576, which reserves about 104 MiB of kernel
     /// memory when the tracker loads, [`live_map_bytes`](crate::live_map_bytes)). A full map is counted in
     /// `lost_events`, never silent. A capacity out of range makes building the tracker
     /// fail with [`Error::MaxLiveBlocks`].

@@ -4,26 +4,24 @@
 //! `memtrack_common::stacks::WalkState`). This module puts the loaded unwind program
 //! into that array. The kernel allows a tail call only into a program of the caller's
 //! type and expected attach type, so the loader loads it the way it loads the entry
-//! program (uprobe_multi.rs or aya's perf-event uprobes).
+//! program (for uprobe_multi links or for perf-event links).
 
 use std::{
     io,
     os::fd::{AsRawFd, BorrowedFd},
 };
 
-use aya::Ebpf;
-use aya_obj::generated::{BPF_ANY, bpf_cmd};
 use memtrack_common::{map_names, program_names, stacks::UNWIND_PROG_SLOT};
 
 use crate::{
+    bpf_object::{self, Object},
     error::{Error, Result},
-    uprobe_multi,
 };
 
-/// Puts `program` (the loaded unwind program) into `ebpf`'s `UNWIND_PROGS` array at
-/// `UNWIND_PROG_SLOT`. The array stays in `ebpf`: the kernel empties a program array
+/// Puts `program` (the loaded unwind program) into `object`'s `UNWIND_PROGS` array at
+/// `UNWIND_PROG_SLOT`. The array stays in `object`: the kernel empties a program array
 /// when user space closes its last descriptor of it.
-pub(crate) fn install(ebpf: &Ebpf, program: BorrowedFd<'_>) -> Result<()> {
+pub(crate) fn install(object: &Object, program: BorrowedFd<'_>) -> Result<()> {
     let fail = |what: String| Error::Program {
         program: program_names::UNWIND.to_string(),
         source: Box::new(io::Error::other(format!(
@@ -32,47 +30,34 @@ pub(crate) fn install(ebpf: &Ebpf, program: BorrowedFd<'_>) -> Result<()> {
             map_names::UNWIND_PROGS
         ))),
     };
-    let map = ebpf
-        .map(map_names::UNWIND_PROGS)
+    let map_fd = object
+        .map_fd(map_names::UNWIND_PROGS)
         .ok_or_else(|| fail("the eBPF object has no such map".to_string()))?;
-    let map_fd = uprobe_multi::map_fd(map)
-        .ok_or_else(|| fail("the map is not a program array".to_string()))?;
     let key: u32 = UNWIND_PROG_SLOT;
     let value: u32 = program.as_raw_fd() as u32;
-    let mut attr = uprobe_multi::zeroed_attr();
-    // SAFETY: writing plain integers into the map-element member of the union; key and
-    // value outlive the call.
-    unsafe {
-        let elem = &mut attr.__bindgen_anon_2;
-        elem.map_fd = map_fd.as_raw_fd() as u32;
-        elem.key = &key as *const u32 as u64;
-        elem.__bindgen_anon_1.value = &value as *const u32 as u64;
-        elem.flags = u64::from(BPF_ANY);
-    }
-    uprobe_multi::sys_bpf_raw(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    bpf_object::update_elem(map_fd, (&raw const key).cast(), (&raw const value).cast())
+        .map_err(|e| fail(e.to_string()))
 }
 
-/// The id of the program in `ebpf`'s `UNWIND_PROGS` slot, None when the slot is empty
+/// The id of the program in `object`'s `UNWIND_PROGS` slot, None when the slot is empty
 /// (for tests: the kernel answers a lookup in a program array with the program's id).
 #[cfg(test)]
-pub(crate) fn installed_id(ebpf: &Ebpf) -> io::Result<Option<u32>> {
-    let map = ebpf
-        .map(map_names::UNWIND_PROGS)
-        .and_then(uprobe_multi::map_fd)
+pub(crate) fn installed_id(object: &Object) -> io::Result<Option<u32>> {
+    let map = object
+        .map_fd(map_names::UNWIND_PROGS)
         .ok_or_else(|| io::Error::other("no program array UNWIND_PROGS"))?;
     let key: u32 = UNWIND_PROG_SLOT;
     let mut value: u32 = 0;
-    let mut attr = uprobe_multi::zeroed_attr();
-    // SAFETY: as in `install`; the kernel writes 4 bytes into `value`.
+    let mut attr = bpf_object::zeroed_attr();
+    // SAFETY: writing plain integers into the map-element member of the union; the
+    // kernel writes 4 bytes into `value`, which outlives the call.
     unsafe {
         let elem = &mut attr.__bindgen_anon_2;
         elem.map_fd = map.as_raw_fd() as u32;
         elem.key = &key as *const u32 as u64;
         elem.__bindgen_anon_1.value = &mut value as *mut u32 as u64;
     }
-    match uprobe_multi::sys_bpf_raw(bpf_cmd::BPF_MAP_LOOKUP_ELEM, &mut attr) {
+    match bpf_object::sys_bpf_raw(aya_obj::generated::bpf_cmd::BPF_MAP_LOOKUP_ELEM, &mut attr) {
         Ok(_) => Ok(Some(value)),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),

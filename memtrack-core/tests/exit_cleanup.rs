@@ -2,7 +2,8 @@
 //! Links are closed on a background thread; if the exit killed that thread in the
 //! middle, the kernel's unregistering would fail and leak the uprobes (it logs "failed
 //! to unregister, leaking uprobe"). The test runs this binary again as a helper that
-//! does exactly that, and compares the kernel log before and after.
+//! does exactly that, and compares the kernel log before and after; and the same with
+//! the links handed to an exit helper (`memtrack::hand_off_links_at_exit`).
 
 use std::process::Command;
 
@@ -74,6 +75,114 @@ fn exiting_right_after_drop_leaks_no_uprobe() {
         after,
         before,
         "the kernel logged {} 'leaking uprobe' line(s) while the helper exited",
+        after - before
+    );
+}
+
+const HAND_OFF_ENV: &str = "MEMTRACK_EXIT_HAND_OFF_HELPER";
+
+/// Only does something when run by `handing_links_off_at_exit_leaks_no_uprobe`'s
+/// supervisor: tracks itself with links handed off at exit, drops the tracker and
+/// exits at once (well within the 200 ms the dropped links linger), so they go to an
+/// exit helper.
+#[test]
+#[ignore = "a helper, run by handing_links_off_at_exit_leaks_no_uprobe"]
+fn helper_hand_off_then_exit() {
+    if std::env::var_os(HAND_OFF_ENV).is_none_or(|v| v != "tracked") {
+        return;
+    }
+    memtrack::hand_off_links_at_exit();
+    let mut tracker = memtrack::Tracker::new().expect("tracker");
+    tracker.start().expect("start");
+    std::hint::black_box(vec![0u8; 100]);
+    tracker.stop().expect("stop");
+    drop(tracker);
+    std::process::exit(0);
+}
+
+/// Only does something when run by `handing_links_off_at_exit_leaks_no_uprobe`: a
+/// child subreaper (so the exit helper of its child becomes its own child when that
+/// child exits) that runs `helper_hand_off_then_exit`, then reaps every process left,
+/// and checks that exactly one was: the exit helper holding the links.
+#[test]
+#[ignore = "a helper, run by handing_links_off_at_exit_leaks_no_uprobe"]
+fn helper_hand_off_supervisor() {
+    if std::env::var_os(HAND_OFF_ENV).is_none_or(|v| v != "supervisor") {
+        return;
+    }
+    // SAFETY: a plain prctl on this process.
+    let set = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(
+        set,
+        0,
+        "PR_SET_CHILD_SUBREAPER: {}",
+        std::io::Error::last_os_error()
+    );
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_hand_off_then_exit",
+            "--ignored",
+            "--test-threads",
+            "1",
+        ])
+        .env(HAND_OFF_ENV, "tracked")
+        .status()
+        .expect("run the tracked helper");
+    assert!(status.success(), "the tracked helper failed: {status}");
+    let mut reaped = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for any child of this process (it has no other).
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid < 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::ECHILD), "waitpid: {e}");
+            break;
+        }
+        reaped.push((pid, status));
+    }
+    assert_eq!(
+        reaped.len(),
+        1,
+        "processes left behind (pid, status): {reaped:?}"
+    );
+    let (pid, status) = reaped[0];
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "exit helper {pid}: status {status:#x}"
+    );
+}
+
+/// With links handed off at exit (what `memtrack run` asks for), the process exits
+/// without closing the links it still holds: one exit helper is left holding them, and
+/// the kernel unregisters the uprobes fully when it exits (no "leaking uprobe").
+#[test]
+fn handing_links_off_at_exit_leaks_no_uprobe() {
+    if !require_privileges("handing_links_off_at_exit_leaks_no_uprobe") {
+        return;
+    }
+    let Some(before) = leaked_uprobe_lines() else {
+        panic!("cannot read the kernel log with dmesg (as root it should be readable)");
+    };
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_hand_off_supervisor",
+            "--ignored",
+            "--test-threads",
+            "1",
+        ])
+        .env(HAND_OFF_ENV, "supervisor")
+        .status()
+        .expect("run the supervisor");
+    assert!(status.success(), "the supervisor failed: {status}");
+    // The supervisor reaped the exit helper: the links are closed by now.
+    let after = leaked_uprobe_lines().unwrap();
+    assert_eq!(
+        after,
+        before,
+        "the kernel logged {} 'leaking uprobe' line(s) while the exit helper exited",
         after - before
     );
 }
