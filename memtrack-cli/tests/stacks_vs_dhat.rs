@@ -670,19 +670,30 @@ fn cpython_stacks_open_in_dh_view_and_render_as_a_flamegraph() {
         "CPython allocates from far more than 100 stacks"
     );
 
+    // Every program point has its blocks' total lifetime, which dh_view divides into
+    // its "avg lifetime" (it showed NaN without).
+    for pp in file["pps"].as_array().unwrap() {
+        assert!(pp["tl"].as_u64().is_some(), "no tl in {pp}");
+    }
+
     let png = dir.path().join("dh_view.png");
+    let dom = dir.path().join("dh_view.html");
     let (ok, stdout, stderr) = output(
         Command::new("python3")
             .arg(repo_dir().join("scripts/dh_view_screenshot.py"))
             .arg(dir.path().join("memtrack.dhat.json"))
             .arg(&png)
-            .args(["--expect", python]),
+            .arg("--dom")
+            .arg(&dom)
+            .args(["--expect", python, "--expect", "avg lifetime"]),
     );
     assert!(
         ok,
         "dh_view.html did not open memtrack's file: {stdout}{stderr}"
     );
     assert!(std::fs::metadata(&png).unwrap().len() > 0);
+    let page = std::fs::read_to_string(&dom).unwrap();
+    assert!(!page.contains("NaN"), "dh_view shows NaN: {dom:?}");
 
     let svgs = dir.path().join("flamegraphs");
     run_ok(

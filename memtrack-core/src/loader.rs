@@ -224,6 +224,23 @@ impl Slots {
         self.generation = self.generation.wrapping_add(1).max(1);
         self.generation
     }
+
+    /// A free slot for `pid`, owned by it with a new generation and counting off (not
+    /// yet in `owned`: the caller records it once the kernel's maps hold it).
+    fn take(&mut self, pid: u32) -> Result<OwnedSlot> {
+        let index = self.free.pop().ok_or(Error::TooManyProcesses {
+            pid,
+            max: MAX_TRACKED_PROCESSES,
+        })?;
+        Ok(OwnedSlot {
+            index,
+            value: ProcessSlot {
+                tgid: pid,
+                generation: self.next_generation(),
+                state: TrackState::default(),
+            },
+        })
+    }
 }
 
 /// Where one function's probes go.
@@ -521,18 +538,8 @@ impl Engine {
         if let Some(slot) = self.slots.owned.get(&pid) {
             return Ok(*slot);
         }
-        let index = self.slots.free.pop().ok_or(Error::TooManyProcesses {
-            pid,
-            max: MAX_TRACKED_PROCESSES,
-        })?;
-        let slot = OwnedSlot {
-            index,
-            value: ProcessSlot {
-                tgid: pid,
-                generation: self.slots.next_generation(),
-                state: TrackState::default(),
-            },
-        };
+        let slot = self.slots.take(pid)?;
+        let index = slot.index;
         // Counters first, then the owner, then the way to it: a thread that finds the
         // slot finds it zeroed and owned.
         let written = self
@@ -914,6 +921,42 @@ mod tests {
 
     fn parsed() -> aya_obj::Object {
         aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
+    }
+
+    /// Slots run out after MAX_TRACKED_PROCESSES processes, with an error naming the
+    /// process and the limit; a slot given back is taken again, with a new generation
+    /// (never 0), so its threads forget what they kept from the last owner.
+    #[test]
+    fn slots_run_out_with_a_clear_error_and_are_reused_with_a_new_generation() {
+        let mut slots = super::Slots::new();
+        let mut generations = std::collections::BTreeSet::new();
+        let mut indexes = std::collections::BTreeSet::new();
+        for pid in 1..=memtrack_common::MAX_TRACKED_PROCESSES {
+            let slot = slots.take(pid).unwrap();
+            assert_eq!(slot.value.tgid, pid);
+            assert_eq!(slot.value.state, memtrack_common::TrackState::default());
+            assert!(generations.insert(slot.value.generation));
+            assert!(indexes.insert(slot.index));
+        }
+        assert_eq!(indexes.len(), 4096);
+        assert_eq!(indexes.last(), Some(&4095));
+        assert!(!generations.contains(&0));
+        let err = slots
+            .take(5000)
+            .err()
+            .expect("a 4097th process gets no slot");
+        assert_eq!(
+            err.to_string(),
+            "cannot track process 5000: 4096 processes are tracked at once already (the \
+             most one tracker can track)"
+        );
+        slots.free.push(17);
+        let again = slots.take(5000).unwrap();
+        assert_eq!(again.index, 17);
+        assert!(!generations.contains(&again.value.generation));
+        // Generations wrap past u32::MAX to 1, never to 0.
+        slots.generation = u32::MAX;
+        assert_eq!(slots.next_generation(), 1);
     }
 
     /// The documented maximum is the kernel's: one block more is refused by the kernel
