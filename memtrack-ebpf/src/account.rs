@@ -35,7 +35,7 @@ pub fn tgid_of(pid_tgid: u64) -> u32 {
 }
 
 /// The slot of process `tgid` and what it holds, when the process is tracked: `hint`
-/// first (a thread's cached slot; an array read, no map call), else the `SLOTS` map.
+/// first (a thread's cached slot; an array read, no map call), else [`find_slot`].
 #[inline(always)]
 fn slot_of(tgid: u32, hint: u32) -> Option<(u32, ProcessSlot)> {
     if let Some(owner) = TRACKED.get(hint)
@@ -43,6 +43,13 @@ fn slot_of(tgid: u32, hint: u32) -> Option<(u32, ProcessSlot)> {
     {
         return Some((hint, *owner));
     }
+    find_slot(tgid)
+}
+
+/// The slot of process `tgid` from the `SLOTS` map, and what it holds, when the process
+/// owns it.
+#[inline(always)]
+fn find_slot(tgid: u32) -> Option<(u32, ProcessSlot)> {
     // SAFETY: plain u32 value read once.
     let slot = unsafe { *SLOTS.get(&tgid)? };
     let owner = *TRACKED.get(slot)?;
@@ -131,11 +138,8 @@ impl Thread {
 /// counters.
 #[inline(always)]
 pub fn counted_process_stats(pid_tgid: u64) -> Option<*mut PidStats> {
-    let tgid = tgid_of(pid_tgid);
-    // SAFETY: plain u32 value read once.
-    let slot = unsafe { *SLOTS.get(&tgid)? };
-    let owner = TRACKED.get(slot)?;
-    if owner.tgid != tgid || !counts(&owner.state, pid_tgid) {
+    let (slot, owner) = find_slot(tgid_of(pid_tgid))?;
+    if !counts(&owner.state, pid_tgid) {
         return None;
     }
     STATS.get_ptr_mut(slot)
