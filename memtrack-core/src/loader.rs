@@ -435,21 +435,8 @@ impl Engine {
             return Ok(false);
         }
         let program = program_names::LD_HOOK;
-        let attach_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Attach {
-            program: program.to_string(),
-            path: object.to_path_buf(),
-            offsets: vec![file_offset],
-            pid,
-            source,
-        };
         let fd = self.programs.get(program)?;
-        let gone_or = |source: std::io::Error| {
-            if source.raw_os_error() == Some(libc::ESRCH) {
-                Error::ProcessGone { pid }
-            } else {
-                attach_err(Box::new(source))
-            }
-        };
+        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
         let link: Detachable = match self.programs.mode {
             UprobeMode::Multi => Box::new(
                 crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
@@ -828,21 +815,31 @@ fn attach_multi(
             pid,
             program == program_names::RETURN,
         )
-        .map_err(|source| {
-            if source.raw_os_error() == Some(libc::ESRCH) {
-                return Error::ProcessGone { pid };
-            }
-            Error::Attach {
-                program: program.to_string(),
-                path: object.to_path_buf(),
-                offsets: offsets.clone(),
-                pid,
-                source: Box::new(source),
-            }
-        })?;
+        .map_err(|source| attach_error(program, object, offsets.clone(), pid, source))?;
         links.push(Box::new(link));
     }
     Ok(links)
+}
+
+/// Why attaching `program` at `offsets` of `path` in process `pid` failed: the process
+/// is gone (the kernel says ESRCH), or the attach error itself.
+fn attach_error(
+    program: &str,
+    path: &Path,
+    offsets: Vec<u64>,
+    pid: u32,
+    source: std::io::Error,
+) -> Error {
+    if source.raw_os_error() == Some(libc::ESRCH) {
+        return Error::ProcessGone { pid };
+    }
+    Error::Attach {
+        program: program.to_string(),
+        path: path.to_path_buf(),
+        offsets,
+        pid,
+        source: Box::new(source),
+    }
 }
 
 /// One perf-event link per site (kernels without uprobe_multi).
@@ -868,18 +865,7 @@ fn attach_perf(
                 program == program_names::RETURN,
                 cookie,
             )
-            .map_err(|source| {
-                if source.raw_os_error() == Some(libc::ESRCH) {
-                    return Error::ProcessGone { pid };
-                }
-                Error::Attach {
-                    program: program.to_string(),
-                    path: target.object.clone(),
-                    offsets: vec![offset],
-                    pid,
-                    source: Box::new(source),
-                }
-            })?;
+            .map_err(|source| attach_error(program, &target.object, vec![offset], pid, source))?;
             links.push(Box::new(link));
         }
     }
