@@ -221,7 +221,7 @@ pub struct RegionStacks {
 impl StackCounts {
     /// Adds `other`'s counters to these (saturating). Maxima add too, which is what a
     /// sum over stacks needs as an upper bound, not an exact maximum; a lifetime sum
-    /// stays known only if both are.
+    /// stays known only if both are, a side without blocks counting as known (zero).
     pub fn add(&mut self, other: &StackCounts) {
         // A sum over no blocks is known (zero) whether recorded or not.
         self.total_lifetime_ns = match (self.total_lifetime_ns, other.total_lifetime_ns) {

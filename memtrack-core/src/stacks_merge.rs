@@ -110,12 +110,11 @@ fn merge_scope(total: &mut ScopeStacks, other: &ScopeStacks) {
         .collect();
     for entry in &other.entries {
         let i = *index.entry(entry.stack).or_insert_with(|| {
+            // Empty counters: adding to them keeps the lifetime as known as `entry`'s
+            // (`StackCounts::add`).
             total.entries.push(StackEntry {
                 stack: entry.stack,
-                counts: StackCounts {
-                    total_lifetime_ns: entry.counts.total_lifetime_ns.map(|_| 0),
-                    ..StackCounts::default()
-                },
+                counts: StackCounts::default(),
             });
             total.entries.len() - 1
         });
