@@ -31,6 +31,16 @@ fn helper_drop_then_exit() {
     std::process::exit(0);
 }
 
+/// Runs this test binary's ignored test `test` alone, with `value` in environment
+/// variable `env`; its exit status.
+fn run_helper(test: &str, env: &str, value: &str) -> std::process::ExitStatus {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--test-threads", "1"])
+        .env(env, value)
+        .status()
+        .unwrap_or_else(|e| panic!("run the helper {test}: {e}"))
+}
+
 /// Lines of the kernel log that report a leaked uprobe, or None if the log cannot be
 /// read.
 fn leaked_uprobe_lines() -> Option<usize> {
@@ -57,17 +67,11 @@ fn exiting_right_after_drop_leaks_no_uprobe() {
     // The window is short (the kernel unregisters a link's sites in microseconds, then
     // waits): several runs make hitting it likely if the exit does not wait.
     for run in 0..RUNS {
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "helper_drop_then_exit",
-                "--ignored",
-                "--test-threads",
-                "1",
-            ])
-            .env(HELPER_ENV, (run * 500).to_string())
-            .status()
-            .expect("run the helper");
+        let status = run_helper(
+            "helper_drop_then_exit",
+            HELPER_ENV,
+            &(run * 500).to_string(),
+        );
         assert!(status.success(), "helper failed: {status}");
     }
     let after = leaked_uprobe_lines().unwrap();
@@ -118,17 +122,7 @@ fn helper_hand_off_supervisor() {
         "PR_SET_CHILD_SUBREAPER: {}",
         std::io::Error::last_os_error()
     );
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_hand_off_then_exit",
-            "--ignored",
-            "--test-threads",
-            "1",
-        ])
-        .env(HAND_OFF_ENV, "tracked")
-        .status()
-        .expect("run the tracked helper");
+    let status = run_helper("helper_hand_off_then_exit", HAND_OFF_ENV, "tracked");
     assert!(status.success(), "the tracked helper failed: {status}");
     let mut reaped = Vec::new();
     loop {
@@ -165,17 +159,7 @@ fn handing_links_off_at_exit_leaks_no_uprobe() {
     let Some(before) = leaked_uprobe_lines() else {
         panic!("cannot read the kernel log with dmesg (as root it should be readable)");
     };
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_hand_off_supervisor",
-            "--ignored",
-            "--test-threads",
-            "1",
-        ])
-        .env(HAND_OFF_ENV, "supervisor")
-        .status()
-        .expect("run the supervisor");
+    let status = run_helper("helper_hand_off_supervisor", HAND_OFF_ENV, "supervisor");
     assert!(status.success(), "the supervisor failed: {status}");
     // The supervisor reaped the exit helper: the links are closed by now.
     let after = leaked_uprobe_lines().unwrap();

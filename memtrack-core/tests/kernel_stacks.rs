@@ -6,7 +6,7 @@
 use std::{path::Path, process::Command};
 
 use memtrack::{
-    CommandSpec, OutputDir, Scope, Tracker, UprobeLinks,
+    CommandSpec, OutputDir, ProcessTracker, Scope, Tracker, UprobeLinks,
     stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
 };
 use memtrack_test_support::{repo_dir, require_privileges};
@@ -28,6 +28,30 @@ fn build_fixture(dir: &Path, name: &str) -> std::path::PathBuf {
         .expect("gcc runs");
     assert!(status.success(), "compiling {name}.c failed");
     out
+}
+
+/// Runs `exe` with `args` under a spawn tracker with stacks at `depth` through `links`,
+/// checks that it exited 0, and returns the tracker (for its counters) and the
+/// process's stacks.
+fn run_with_stacks(
+    exe: &Path,
+    args: &[&str],
+    depth: u32,
+    links: UprobeLinks,
+) -> (ProcessTracker, ProcessStacks) {
+    let tracker = Tracker::builder()
+        .stacks(depth)
+        .uprobe_links(links)
+        .spawn(CommandSpec::new(exe).args(args.iter().copied()))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    assert_eq!(
+        status.code,
+        Some(0),
+        "{exe:?} {args:?}, depth {depth}, {links:?}"
+    );
+    let stacks = tracker.stacks(tracker.pid()).expect("stacks are on");
+    (tracker, stacks)
 }
 
 /// The function symbol of `exe` holding ELF virtual address `addr`.
@@ -93,14 +117,7 @@ fn call_tree_stacks_and_counts_are_exact() {
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
-    let tracker = Tracker::builder()
-        .stacks(64)
-        .spawn(CommandSpec::new(&exe))
-        .unwrap();
-    let status = tracker.wait().unwrap();
-    assert_eq!(status.code, Some(0));
-    let pid = tracker.pid();
-    let stacks = tracker.stacks(pid).expect("stacks are on");
+    let (tracker, stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
     let stats = tracker.collect().unwrap();
     let got = named(&stacks, &exe);
     let counts =
@@ -177,14 +194,7 @@ fn total_lifetimes_cover_freed_blocks_and_blocks_live_at_exit() {
     let exe = build_fixture(dir.path(), "lifetimes");
     // Every block is allocated after this (the kernel's clock is CLOCK_MONOTONIC too).
     let before = memtrack::monotonic_ns();
-    let tracker = Tracker::builder()
-        .stacks(64)
-        .spawn(CommandSpec::new(&exe))
-        .unwrap();
-    let status = tracker.wait().unwrap();
-    assert_eq!(status.code, Some(0));
-    let pid = tracker.pid();
-    let mut stacks = tracker.stacks(pid).expect("stacks are on");
+    let (_tracker, mut stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
     // The live blocks are counted up to when the counters were read: the scope's end.
     let read_at = stacks.process.end_ns;
     assert!(read_at > before, "{:?}", stacks.process);
@@ -262,14 +272,7 @@ fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
     for links in [UprobeLinks::Auto, UprobeLinks::PerfEvent] {
         for (depth, levels, end, descend) in cases {
             let case = format!("{links:?}, depth {depth}, {levels} levels");
-            let tracker = Tracker::builder()
-                .stacks(depth)
-                .uprobe_links(links)
-                .spawn(CommandSpec::new(&exe).args([levels.to_string()]))
-                .unwrap();
-            assert_eq!(tracker.wait().unwrap().code, Some(0), "{case}");
-            let pid = tracker.pid();
-            let stacks = tracker.stacks(pid).expect("stacks are on");
+            let (_tracker, stacks) = run_with_stacks(&exe, &[&levels.to_string()], depth, links);
             let mut frames = vec!["descend".to_string(); descend];
             if end == StackEnd::Complete {
                 // main, glibc's two start-up frames (in libc), _start.
@@ -314,13 +317,7 @@ fn stacks_of_different_lengths_in_turn_keep_their_own_ids() {
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "deep");
-    let tracker = Tracker::builder()
-        .stacks(20)
-        .spawn(CommandSpec::new(&exe).args(["30", "5", "15"]))
-        .unwrap();
-    assert_eq!(tracker.wait().unwrap().code, Some(0));
-    let pid = tracker.pid();
-    let stacks = tracker.stacks(pid).expect("stacks are on");
+    let (tracker, stacks) = run_with_stacks(&exe, &["30", "5", "15"], 20, UprobeLinks::default());
     let stats = tracker.collect().unwrap();
     let counts = StackCounts {
         alloc_blocks: 3,
