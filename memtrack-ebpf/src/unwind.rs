@@ -13,7 +13,9 @@
 //!
 //! Every loop has a constant bound the verifier can count: frames per program
 //! ([`UNWIND_BATCH`]), mapping search steps ([`MAPPING_SEARCH_STEPS`]) and row search
-//! steps ([`MAX_SEARCH_STEPS`]).
+//! steps ([`MAX_SEARCH_STEPS`]). The two searches are branch-free but for their end:
+//! each stops once one candidate is left, so it takes `ceil(log2(n))` steps of the
+//! entries it searches (most of a frame's cost is these dependent loads).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
