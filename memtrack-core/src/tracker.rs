@@ -114,14 +114,20 @@ impl TrackerBuilder {
         self
     }
 
-    /// Loads the eBPF programs with these settings.
-    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+    /// Refuses a live-block capacity out of range (before anything is started).
+    fn check_max_live_blocks(&self) -> Result<()> {
         if !(1..=MAX_LIVE_BLOCKS).contains(&self.max_live_blocks) {
             return Err(Error::MaxLiveBlocks {
                 requested: self.max_live_blocks,
                 max: MAX_LIVE_BLOCKS,
             });
         }
+        Ok(())
+    }
+
+    /// Loads the eBPF programs with these settings.
+    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+        self.check_max_live_blocks()?;
         let engine = Engine::load(
             self.max_live_blocks,
             self.placement,
@@ -144,8 +150,9 @@ impl TrackerBuilder {
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled)?;
-        ProcessTracker::follow(shared, Root::Spawn(command.into()))
+        self.check_max_live_blocks()?;
+        let enabled = self.start_enabled;
+        ProcessTracker::follow(move || self.shared(enabled), Root::Spawn(command.into()))
     }
 
     /// Tracks a running process and every process it starts from now on. Calls made
@@ -163,7 +170,7 @@ impl TrackerBuilder {
         }
         crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
-        ProcessTracker::follow(shared, Root::Attach(pid))
+        ProcessTracker::follow(|| Ok(shared), Root::Attach(pid))
     }
 }
 
