@@ -69,49 +69,27 @@ pub(crate) struct Follower {
 
 impl Follower {
     /// Starts the follower thread; returns once the root is stopped, probed and running
-    /// again (or failed to start), with the root's pid and the loaded programs.
-    ///
-    /// `load` loads the programs, on the calling thread. A command to spawn is started
-    /// meanwhile on the follower thread and held at its exec stop (traced: no
-    /// instruction of its new image runs) until `load` returns, so its fork and exec
-    /// overlap the programs' loading; a process to attach to is seized only once they
-    /// are loaded. If `load` fails, the held command is killed.
-    pub(crate) fn start(
-        load: impl FnOnce() -> Result<Arc<Shared>>,
-        root: Root,
-    ) -> Result<(Follower, u32, Arc<Shared>)> {
+    /// again (or failed to start), with the root's pid.
+    pub(crate) fn start(shared: Arc<Shared>, root: Root) -> Result<(Follower, u32)> {
         let (wake_read, wake_write) =
             pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Os {
                 what: "create the pipe that wakes the follower thread",
                 source: e.into(),
             })?;
         let (ready_tx, ready_rx) = mpsc::channel();
-        let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
         let thread = std::thread::Builder::new()
             .name("memtrack-follow".into())
             .spawn(move || {
-                let sentinel = match spawn_sentinel(wake_read) {
-                    Ok(sentinel) => sentinel,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                match FollowState::start(root, sentinel, shared_rx) {
-                    // The state reaps the sentinel when it is dropped.
-                    Ok(Some((mut state, pid))) => {
+                let mut state = FollowState::new(shared);
+                match state.setup(root, wake_read) {
+                    Ok(pid) => {
                         let _ = ready_tx.send(Ok(pid));
                         state.run();
-                        return;
                     }
-                    // The programs failed to load: the caller has its error.
-                    Ok(None) => {}
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                     }
                 }
-                // The sentinel exits once the caller, told, shuts the follower down.
-                let _ = waitpid(sentinel, Some(WaitPidFlag::__WNOTHREAD));
             })
             .map_err(|source| Error::Os {
                 what: "start the follower thread",
@@ -121,19 +99,8 @@ impl Follower {
             thread: Some(thread),
             wake: Some(wake_write),
         };
-        let shared = match load() {
-            Ok(shared) => shared,
-            Err(e) => {
-                // The follower sees the channel close and kills the held command.
-                drop(shared_tx);
-                follower.shutdown();
-                return Err(e);
-            }
-        };
-        // A follower that failed already has dropped its end: its error comes next.
-        let _ = shared_tx.send(shared.clone());
         match ready_rx.recv() {
-            Ok(Ok(pid)) => Ok((follower, pid, shared)),
+            Ok(Ok(pid)) => Ok((follower, pid)),
             Ok(Err(e)) => {
                 follower.shutdown();
                 Err(e)
@@ -231,78 +198,6 @@ fn spawn_error(command: String, child: &spawn::HeldChild) -> Error {
     Error::Spawn { command, reason }
 }
 
-/// Kills a command held at its exec stop and reaps it: it never runs untracked.
-fn kill_held(pid: Pid) {
-    let _ = kill(pid, Signal::SIGKILL);
-    let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
-}
-
-/// Forks `spec` held before its exec, seizes it, and lets it exec: returns it stopped at
-/// its exec event, traced (recorded in `tasks`), or killed after an error.
-fn start_command(
-    spec: &CommandSpec,
-    holds: &mut Holds,
-    tasks: &mut HashMap<u32, Task>,
-) -> Result<Pid> {
-    let mut child = spawn::fork_held(spec)?;
-    let pid = child.pid;
-    let command = spec.program.to_string_lossy().into_owned();
-    holds.reached(Hold::Spawn, pid.as_raw() as u32);
-    match seize_and_release(&mut child, &command, holds, tasks) {
-        Ok(()) => Ok(pid),
-        Err(e) => {
-            // Never leave it to run the command untracked after an error.
-            kill_held(pid);
-            tasks.remove(&(pid.as_raw() as u32));
-            Err(e)
-        }
-    }
-}
-
-/// Seizes the held child, lets it go on, and waits for its exec (it is then stopped at
-/// the exec event).
-fn seize_and_release(
-    child: &mut spawn::HeldChild,
-    command: &str,
-    holds: &mut Holds,
-    tasks: &mut HashMap<u32, Task>,
-) -> Result<()> {
-    let pid = child.pid;
-    let raw = pid.as_raw() as u32;
-    if let Err(e) = ptrace::seize(pid, options()) {
-        // A child that failed before waiting (chdir, setuid) has exited.
-        if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
-            waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
-        {
-            return Err(spawn_error(command.to_string(), child));
-        }
-        return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
-    }
-    tasks.insert(raw, Task { tgid: raw });
-    holds.reached(Hold::Seized, raw);
-    child.release();
-    loop {
-        match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
-            Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
-                return Ok(());
-            }
-            Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-            }
-            Ok(WaitStatus::Stopped(_, sig)) => {
-                ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-            }
-            Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                tasks.remove(&raw);
-                return Err(spawn_error(command.to_string(), child));
-            }
-            Ok(_) => {}
-            Err(Errno::EINTR) => {}
-            Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
-        }
-    }
-}
-
 impl FollowState {
     fn new(shared: Arc<Shared>) -> FollowState {
         FollowState {
@@ -317,56 +212,74 @@ impl FollowState {
         }
     }
 
-    /// On the follower thread: starts a command up to its exec stop; then waits for the
-    /// loaded programs (`shared`) and sets up the root with them. None when the
-    /// programs failed to load (the command is killed). The returned state owns
-    /// `sentinel`; on None or an error the caller reaps it (reaping waits for the
-    /// caller's shutdown, which must come after it is told).
-    fn start(
-        root: Root,
-        sentinel: Pid,
-        shared: mpsc::Receiver<Arc<Shared>>,
-    ) -> Result<Option<(FollowState, u32)>> {
-        let mut holds = Holds::from_env();
-        let mut tasks = HashMap::new();
-        let held = match &root {
-            Root::Spawn(spec) => Some(start_command(spec, &mut holds, &mut tasks)?),
-            Root::Attach(_) => None,
-        };
-        let Ok(shared) = shared.recv() else {
-            if let Some(pid) = held {
-                kill_held(pid);
-            }
-            return Ok(None);
-        };
-        let mut state = FollowState::new(shared);
-        state.holds = holds;
-        state.tasks = tasks;
-        state.sentinel = Some(sentinel);
-        let pid = match (root, held) {
-            (Root::Spawn(_), Some(pid)) => state.setup_spawn(pid),
-            (Root::Attach(pid), _) => match state.setup_attach(pid) {
-                Ok(pid) => pid,
-                Err(e) => {
-                    // Dropping the state must not wait for the sentinel before the
-                    // caller has the error.
-                    state.sentinel = None;
-                    return Err(e);
-                }
-            },
-            (Root::Spawn(_), None) => unreachable!("a command to spawn is started above"),
-        };
-        Ok(Some((state, pid)))
+    fn setup(&mut self, root: Root, wake: OwnedFd) -> Result<u32> {
+        self.sentinel = Some(spawn_sentinel(wake)?);
+        match root {
+            Root::Spawn(spec) => self.setup_spawn(&spec),
+            Root::Attach(pid) => self.setup_attach(pid),
+        }
     }
 
-    /// The command `pid` is at its exec stop: registers and probes it, and lets it go.
-    fn setup_spawn(&mut self, pid: Pid) -> u32 {
+    fn setup_spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
+        let mut child = spawn::fork_held(spec)?;
+        let pid = child.pid;
+        let command = spec.program.to_string_lossy().into_owned();
+        self.holds.reached(Hold::Spawn, pid.as_raw() as u32);
         let raw = pid.as_raw() as u32;
+        match self.seize_and_release(&mut child, &command) {
+            Ok(()) => {}
+            Err(e) => {
+                // Never leave it to run the command untracked after an error.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+                self.tasks.remove(&raw);
+                return Err(e);
+            }
+        }
         self.root = raw;
         let ppid = std::process::id();
         self.register_process(raw, ppid);
         self.after_exec(raw);
-        raw
+        Ok(raw)
+    }
+
+    /// Seizes the held child, lets it go on, and waits for its exec (it is then
+    /// stopped at the exec event).
+    fn seize_and_release(&mut self, child: &mut spawn::HeldChild, command: &str) -> Result<()> {
+        let pid = child.pid;
+        let raw = pid.as_raw() as u32;
+        if let Err(e) = ptrace::seize(pid, options()) {
+            // A child that failed before waiting (chdir, setuid) has exited.
+            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
+            {
+                return Err(spawn_error(command.to_string(), child));
+            }
+            return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
+        }
+        self.tasks.insert(raw, Task { tgid: raw });
+        self.holds.reached(Hold::Seized, raw);
+        child.release();
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
+                    return Ok(());
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.tasks.remove(&raw);
+                    return Err(spawn_error(command.to_string(), child));
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+            }
+        }
     }
 
     fn setup_attach(&mut self, pid: u32) -> Result<u32> {

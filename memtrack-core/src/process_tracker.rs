@@ -40,14 +40,10 @@ pub struct ProcessTracker {
 }
 
 impl ProcessTracker {
-    /// Starts following from `root` with the programs `load` loads (a command is
-    /// started meanwhile, held at its exec: [`Follower::start`]); returns once the root
-    /// process is probed and running.
-    pub(crate) fn follow(
-        load: impl FnOnce() -> Result<Arc<Shared>>,
-        root: Root,
-    ) -> Result<ProcessTracker> {
-        let (follower, pid, shared) = Follower::start(load, root)?;
+    /// Starts following from `root` with the loaded programs of `shared`; returns once
+    /// the root process is probed and running.
+    pub(crate) fn follow(shared: Arc<Shared>, root: Root) -> Result<ProcessTracker> {
+        let (follower, pid) = Follower::start(shared.clone(), root)?;
         Ok(ProcessTracker {
             shared,
             pid,

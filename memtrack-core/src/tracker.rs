@@ -114,20 +114,14 @@ impl TrackerBuilder {
         self
     }
 
-    /// Refuses a live-block capacity out of range (before anything is started).
-    fn check_max_live_blocks(&self) -> Result<()> {
+    /// Loads the eBPF programs with these settings.
+    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
         if !(1..=MAX_LIVE_BLOCKS).contains(&self.max_live_blocks) {
             return Err(Error::MaxLiveBlocks {
                 requested: self.max_live_blocks,
                 max: MAX_LIVE_BLOCKS,
             });
         }
-        Ok(())
-    }
-
-    /// Loads the eBPF programs with these settings.
-    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
-        self.check_max_live_blocks()?;
         let engine = Engine::load(
             self.max_live_blocks,
             self.placement,
@@ -150,9 +144,8 @@ impl TrackerBuilder {
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         crate::ld_hook::prefetch();
-        self.check_max_live_blocks()?;
-        let enabled = self.start_enabled;
-        ProcessTracker::follow(move || self.shared(enabled), Root::Spawn(command.into()))
+        let shared = self.shared(self.start_enabled)?;
+        ProcessTracker::follow(shared, Root::Spawn(command.into()))
     }
 
     /// Tracks a running process and every process it starts from now on. Calls made
@@ -170,7 +163,7 @@ impl TrackerBuilder {
         }
         crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
-        ProcessTracker::follow(|| Ok(shared), Root::Attach(pid))
+        ProcessTracker::follow(shared, Root::Attach(pid))
     }
 }
 
