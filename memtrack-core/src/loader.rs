@@ -729,42 +729,6 @@ fn missing_program(name: &str) -> Error {
     }
 }
 
-/// A program to load: its name, type and expected attach type.
-type ProgramToLoad = (&'static str, bpf_prog_type, Option<bpf_attach_type>);
-
-/// Loads `programs` from `object`, each on its own thread, and returns their results in
-/// the same order. The kernel verifies privileged programs concurrently, and the
-/// verification of each (10-30 ms for the uprobe programs here) is most of its load: on
-/// more than one CPU the programs are verified side by side rather than one after the
-/// other.
-fn load_concurrently(object: &Object, programs: &[ProgramToLoad]) -> Vec<std::io::Result<OwnedFd>> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = programs
-            .iter()
-            .map(|&(name, prog_type, attach_type)| {
-                std::thread::Builder::new()
-                    .name("memtrack-verify".into())
-                    .spawn_scoped(scope, move || {
-                        object.load_program(name, prog_type, attach_type)
-                    })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(programs)
-            .map(|(handle, &(name, prog_type, attach_type))| match handle {
-                Ok(handle) => handle.join().unwrap_or_else(|_| {
-                    Err(std::io::Error::other(
-                        "the thread loading the program panicked",
-                    ))
-                }),
-                // No thread to spare: load it on this one.
-                Err(_) => object.load_program(name, prog_type, attach_type),
-            })
-            .collect()
-    })
-}
-
 /// Loads the uprobe programs for uprobe_multi links where the kernel has them, else for
 /// perf-event links; with `stacks`, also the unwind program, the same way (a tail call
 /// needs the entry program's type and expected attach type), and puts it into the entry
@@ -792,13 +756,12 @@ fn load_uprobe_programs(
         UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
         UprobeMode::Perf => None,
     };
-    let loads: Vec<ProgramToLoad> = names
-        .iter()
-        .map(|&name| (name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type))
-        .collect();
     let mut fds = std::collections::HashMap::new();
-    for (&name, fd) in names.iter().zip(load_concurrently(object, &loads)) {
-        fds.insert(name, fd.map_err(program_err(name))?);
+    for name in names {
+        let fd = object
+            .load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
+            .map_err(program_err(name))?;
+        fds.insert(name, fd);
     }
     let programs = UprobePrograms { mode, fds };
     if stacks {
