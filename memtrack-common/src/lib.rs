@@ -159,6 +159,9 @@ pub mod map_names {
     /// Per-CPU [`StackWindow`](super::stacks::StackWindow): part of the stack being
     /// unwound, copied by one helper call.
     pub const STACK_WINDOW: &str = "STACK_WINDOW";
+    /// Per-CPU [`RowCache`](super::stacks::RowCache): the unwinder's last frame
+    /// lookups, so a repeated call site skips the mapping and row searches.
+    pub const ROW_CACHE: &str = "ROW_CACHE";
     /// Per-CPU [`WalkState`](super::stacks::WalkState): the walk handed from one program
     /// of the unwinding chain to the next.
     pub const UNWIND_STATE: &str = "UNWIND_STATE";

@@ -10,6 +10,8 @@
 //! stored). The last frame carries how unwinding ended ([`frame::END_SHIFT`]); a stack
 //! without any frame is a single [`frame::NO_FRAME`] slot with its end.
 
+use crate::unwind::UnwindRow;
+
 /// Most frames a stack can hold (512-byte map keys, the kernel's limit for hash keys).
 pub const MAX_STACK_DEPTH: usize = 64;
 
@@ -100,10 +102,11 @@ pub struct LastStack {
 
 /// Bytes of the thread's stack one helper call copies into the per-CPU `STACK_WINDOW`
 /// ([`StackWindow`]): the walk reads its return addresses and saved registers from that
-/// copy while they lie inside it (a frame of a few words takes one helper call per
-/// [`WINDOW_BYTES`] instead of one or two per frame), and reads one word at a time
-/// where the copy fails (its end is not mapped).
-pub const WINDOW_BYTES: u64 = 512;
+/// copy while they lie inside it (frames of a few words take one helper call per
+/// [`WINDOW_BYTES`] instead of one or two each), and reads one word at a time where the
+/// copy fails (its end is not mapped). Each copy costs a fixed part (the kernel's
+/// user-copy checks) that dwarfs copying the bytes, so one larger copy beats several.
+pub const WINDOW_BYTES: u64 = 2048;
 
 /// Words of a [`StackWindow`].
 pub const WINDOW_WORDS: usize = (WINDOW_BYTES / 8) as usize;
@@ -210,8 +213,11 @@ pub struct MappingEntry {
 pub struct ProcessMappings {
     /// Entries in use (at most [`MAX_MAPPINGS`]).
     pub count: u32,
-    /// Always zero (explicit padding).
-    pub _pad: u32,
+    /// This value's stamp: non-zero, and different for every value user space writes
+    /// into `MAPPINGS` (any process, any time; a tracker's counter), so a
+    /// [`RowCacheSlot`] filled from one value never matches a later one. 0 only in
+    /// [`ProcessMappings::EMPTY`].
+    pub generation: u32,
     /// The mappings, `count` of them first, sorted by `start`.
     pub entries: [MappingEntry; MAX_MAPPINGS],
 }
@@ -220,7 +226,7 @@ impl ProcessMappings {
     /// No mapping.
     pub const EMPTY: ProcessMappings = ProcessMappings {
         count: 0,
-        _pad: 0,
+        generation: 0,
         entries: [MappingEntry {
             start: 0,
             end: 0,
@@ -231,6 +237,77 @@ impl ProcessMappings {
             _pad: 0,
         }; MAX_MAPPINGS],
     };
+}
+
+/// Slots of a CPU's [`RowCache`] (a power of two).
+pub const ROW_CACHE_SLOTS: usize = 512;
+
+const _: () = assert!(ROW_CACHE_SLOTS.is_power_of_two());
+
+/// One remembered frame lookup: the mapping and unwind row the two searches found for
+/// runtime address `pc` under the [`ProcessMappings`] value stamped `generation`.
+/// Rows are never rewritten while a tracker runs (each object's rows are appended
+/// once) and a changed mapping list gets a new stamp, so a slot whose `pc` and
+/// `generation` match gives the searches' answer exactly.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowCacheSlot {
+    /// The runtime address looked up (the call site, `return address - 1`).
+    pub pc: u64,
+    /// The mapping's load bias (runtime address minus ELF virtual address).
+    pub bias: u64,
+    /// The [`ProcessMappings::generation`] the answer came from; 0: empty slot.
+    pub generation: u32,
+    /// The mapping's object id ([`MappingEntry::object`]).
+    pub object: u32,
+    /// The row the search found.
+    pub row: UnwindRow,
+    /// [`RowCacheSlot::check_of`] the fields above: a slot half written by a walk that
+    /// was preempted (another walk on the same CPU then writing it too) fails the
+    /// check and counts as a miss.
+    pub check: u64,
+}
+
+impl RowCacheSlot {
+    /// The check value of a slot's fields (a multiplicative mix, so a mix of two
+    /// slots' fields matches neither's check but by a 2^-64 chance).
+    #[inline(always)]
+    pub const fn check_of(
+        pc: u64,
+        bias: u64,
+        generation: u32,
+        object: u32,
+        row: &UnwindRow,
+    ) -> u64 {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let row = row.pc as u64
+            | (row.cfa_offset as u64) << 32
+            | (row.cfa_rule as u64) << 48
+            | (row.rbp_rule as u8 as u64) << 56;
+        let mut h = pc.wrapping_mul(K) ^ bias;
+        h = h.wrapping_mul(K) ^ ((generation as u64) << 32 | object as u64);
+        h = h.wrapping_mul(K) ^ row;
+        h.wrapping_mul(K) | 1
+    }
+
+    /// The slot of `pc` under `generation` in a cache of [`ROW_CACHE_SLOTS`].
+    #[inline(always)]
+    pub const fn index(pc: u64, generation: u32) -> usize {
+        let h = (pc ^ ((generation as u64) << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 55) as usize & (ROW_CACHE_SLOTS - 1)
+    }
+}
+
+const _: () = assert!(ROW_CACHE_SLOTS == 1 << (64 - 55));
+
+/// Value of the per-CPU `ROW_CACHE` map: the frame lookups this CPU's walks made last,
+/// direct-mapped by [`RowCacheSlot::index`]. A walk whose frame hits a slot skips both
+/// searches (the mapping's and the row's); a miss searches and fills the slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowCache {
+    /// The slots.
+    pub slots: [RowCacheSlot; ROW_CACHE_SLOTS],
 }
 
 /// Key of the `STACK_COUNTS` map: (tgid << 32) | stack id.

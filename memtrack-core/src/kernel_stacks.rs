@@ -52,6 +52,10 @@ pub(crate) struct KernelStacks {
     tables: Vec<Arc<UnwindObject>>,
     objects: Vec<StackObject>,
     next_row: u32,
+    /// The stamp of the last `MAPPINGS` value written (`ProcessMappings::generation`):
+    /// each write takes the next one, so the unwinder's per-CPU cache of frame lookups
+    /// never answers from an older list of mappings.
+    generation: u32,
     rows: Array<MapData, UnwindRow>,
     mappings: HashMap<MapData, u32, ProcessMappings>,
     ids: HashMap<MapData, StackKey, u32>,
@@ -71,6 +75,7 @@ impl KernelStacks {
             tables: Vec::new(),
             objects: Vec::new(),
             next_row: 0,
+            generation: 0,
             rows: take_map(object, n::UNWIND_ROWS)?,
             mappings: take_map(object, n::MAPPINGS)?,
             ids: take_map(object, n::STACK_IDS)?,
@@ -102,6 +107,9 @@ impl KernelStacks {
             *slot = *e;
         }
         value.count = entries.len().min(MAX_MAPPINGS) as u32;
+        // Never 0 (an empty slot's stamp); wrapping takes 2^32 refreshes of one tracker.
+        self.generation = self.generation.checked_add(1).unwrap_or(1);
+        value.generation = self.generation;
         self.mappings
             .insert(pid, *value, 0)
             .map_err(map_err(memtrack_common::map_names::MAPPINGS))

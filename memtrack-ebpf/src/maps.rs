@@ -16,7 +16,9 @@ use aya_ebpf::{
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot,
     ThreadState, global, ld_hook,
-    stacks::{KernelStackCounts, LastStack, ProcessMappings, StackKey, StackWindow, WalkState},
+    stacks::{
+        KernelStackCounts, LastStack, ProcessMappings, RowCache, StackKey, StackWindow, WalkState,
+    },
     unwind::UnwindRow,
 };
 
@@ -143,6 +145,11 @@ pub static LAST_STACK: PerCpuArray<LastStack> = PerCpuArray::with_max_entries(1,
 /// A copy of part of the stack being unwound on this CPU (see `StackWindow`).
 #[map]
 pub static STACK_WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's remembered frame lookups (see `RowCache`): a frame whose call site a walk
+/// on this CPU looked up before, under the same mappings, skips both searches.
+#[map]
+pub static ROW_CACHE: PerCpuArray<RowCache> = PerCpuArray::with_max_entries(1, 0);
 
 /// The walk in progress on this CPU, handed from one program of the unwinding chain to
 /// the next (unwind.rs).

@@ -15,7 +15,9 @@
 //! ([`UNWIND_BATCH`]), mapping search steps ([`MAPPING_SEARCH_STEPS`]) and row search
 //! steps ([`MAX_SEARCH_STEPS`]). The two searches are branch-free but for their end:
 //! each stops once one candidate is left, so it takes `ceil(log2(n))` steps of the
-//! entries it searches (most of a frame's cost is these dependent loads).
+//! entries it searches. Their dependent loads were most of a frame's cost, so a frame
+//! first looks its call site up in this CPU's `ROW_CACHE` ([`lookup`]): a call site
+//! walked before under the same mappings costs one slot read instead of both searches.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
@@ -26,9 +28,9 @@ use memtrack_common::{
     LiveBlock, PidStats, global,
     stacks::{
         KernelStackCounts, LOST_STACK, LastStack, MAPPING_SEARCH_STEPS, MAX_MAPPINGS,
-        MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, StackKey,
-        StackWindow, UNWIND_BATCH, UNWIND_PROG_SLOT, WINDOW_BYTES, WINDOW_WORDS, WalkState, frame,
-        stack_counts_key,
+        MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings,
+        ROW_CACHE_SLOTS, RowCache, RowCacheSlot, StackKey, StackWindow, UNWIND_BATCH,
+        UNWIND_PROG_SLOT, WINDOW_BYTES, WINDOW_WORDS, WalkState, frame, stack_counts_key,
     },
     unwind::{MAX_SEARCH_STEPS, OFFSET_UNIT, PLT_PUSHED_FROM, UnwindRow, cfa_rule, sigframe},
 };
@@ -37,8 +39,8 @@ use crate::{
     atomics,
     global_count::global_bump,
     maps::{
-        GLOBAL, LAST_STACK, MAPPINGS, STACK_COUNTS, STACK_IDS, STACK_SCRATCH, STACK_WINDOW,
-        THREADS, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
+        GLOBAL, LAST_STACK, MAPPINGS, ROW_CACHE, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
+        STACK_WINDOW, THREADS, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
     },
 };
 
@@ -72,12 +74,13 @@ pub fn initial_stack() -> u32 {
 }
 
 /// This CPU's buffers of a walk: the frames (the scratch key), the copy of part of the
-/// stack, and what the scratch held before.
+/// stack, what the scratch held before, the walk's state and the remembered lookups.
 struct Buffers {
     key: *mut StackKey,
     window: *mut StackWindow,
     last: *mut LastStack,
     state: *mut WalkState,
+    cache: *mut RowCache,
 }
 
 /// This CPU's [`Buffers`], None only if a per-CPU map has no entry 0.
@@ -88,6 +91,7 @@ fn buffers() -> Option<Buffers> {
         window: STACK_WINDOW.get_ptr_mut(0)?,
         last: LAST_STACK.get_ptr_mut(0)?,
         state: UNWIND_STATE.get_ptr_mut(0)?,
+        cache: ROW_CACHE.get_ptr_mut(0)?,
     })
 }
 
@@ -105,7 +109,14 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
         return;
     };
     // SAFETY: the buffers are this CPU's own for the program's run.
-    let (frames, window, last) = unsafe { (&mut (*b.key).frames, &mut *b.window, &mut *b.last) };
+    let (frames, window, last, cache) = unsafe {
+        (
+            &mut (*b.key).frames,
+            &mut *b.window,
+            &mut *b.last,
+            &mut *b.cache,
+        )
+    };
     // The scratch is overwritten from here on: until this walk ends it holds no
     // complete key.
     let prev = *last;
@@ -125,13 +136,22 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
     // SAFETY: plain data read in place.
     let end = match unsafe { MAPPINGS.get(&((pid_tgid >> 32) as u32)) } {
         // The allocation function's own frame is walked, not stored.
-        Some(m) => match step(frames, window, m, depth as usize, &mut s, false) {
-            Some(end) => Some(end),
-            None => walk_batch(frames, window, m, depth as usize, &mut s),
-        },
+        Some(mappings) => {
+            let mut w = Walk {
+                frames,
+                window,
+                cache,
+                mappings,
+                depth: depth as usize,
+            };
+            match step(&mut w, &mut s, false) {
+                Some(end) => Some(end),
+                None => walk_batch(&mut w, &mut s),
+            }
+        }
         None => Some(frame::end::UNKNOWN),
     };
-    continue_or_finish(ctx, &b, s, end);
+    continue_or_finish(ctx, &b, s, depth, end);
 }
 
 /// The unwind program: walks the next batch of the walk `UNWIND_STATE` holds, then
@@ -155,21 +175,35 @@ pub fn unwind_prog(ctx: ProbeContext) -> u32 {
         return 0;
     }
     // SAFETY: the buffers are this CPU's own for the program's run.
-    let (frames, window) = unsafe { (&mut (*b.key).frames, &mut *b.window) };
+    let (frames, window, cache) = unsafe { (&mut (*b.key).frames, &mut *b.window, &mut *b.cache) };
     // SAFETY: plain data read in place.
     let end = match unsafe { MAPPINGS.get(&((s.owner >> 32) as u32)) } {
-        Some(m) => walk_batch(frames, window, m, depth as usize, &mut s),
+        Some(mappings) => walk_batch(
+            &mut Walk {
+                frames,
+                window,
+                cache,
+                mappings,
+                depth: depth as usize,
+            },
+            &mut s,
+        ),
         None => Some(frame::end::UNKNOWN),
     };
-    continue_or_finish(&ctx, &b, s, end);
+    continue_or_finish(&ctx, &b, s, depth, end);
     0
 }
 
 /// After a batch: ends the walk when it has an end, else saves its state and
-/// tail-calls the unwind program. A tail call that fails returns here, and the pending
-/// call keeps LOST_STACK.
+/// tail-calls the unwind program. A walk that has stored `depth` frames ends here as
+/// truncated (what the next program's first step would find, without the tail call).
+/// A tail call that fails returns here, and the pending call keeps LOST_STACK.
 #[inline(always)]
-fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, end: Option<u64>) {
+fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, depth: u32, end: Option<u64>) {
+    let end = match end {
+        None if s.stored >= depth => Some(frame::end::TRUNCATED),
+        end => end,
+    };
     let Some(end) = end else {
         // SAFETY: this CPU's map value.
         unsafe { *b.state = s };
@@ -241,18 +275,27 @@ fn index(i: usize) -> usize {
     unsafe { core::ptr::read_volatile(&i) }
 }
 
-/// Walks up to [`UNWIND_BATCH`] frames into `frames`; the end (`frame::end`) when the
-/// walk ended, None when it goes on.
-#[inline(always)]
-fn walk_batch(
-    frames: &mut [u64; MAX_STACK_DEPTH],
-    window: &mut StackWindow,
-    mappings: &ProcessMappings,
+/// What one program of the walk works with: this CPU's buffers and the process's
+/// mappings.
+struct Walk<'a> {
+    /// The scratch key's frames.
+    frames: &'a mut [u64; MAX_STACK_DEPTH],
+    /// The copy of part of the stack.
+    window: &'a mut StackWindow,
+    /// The remembered frame lookups.
+    cache: &'a mut RowCache,
+    /// The process's executable mappings.
+    mappings: &'a ProcessMappings,
+    /// The frames to store at most.
     depth: usize,
-    s: &mut WalkState,
-) -> Option<u64> {
+}
+
+/// Walks up to [`UNWIND_BATCH`] frames into the scratch; the end (`frame::end`) when
+/// the walk ended, None when it goes on.
+#[inline(always)]
+fn walk_batch(w: &mut Walk, s: &mut WalkState) -> Option<u64> {
     for _ in 0..UNWIND_BATCH {
-        if let Some(end) = step(frames, window, mappings, depth, s, true) {
+        if let Some(end) = step(w, s, true) {
             return Some(end);
         }
     }
@@ -265,18 +308,11 @@ const END_MASK: u64 = 3 << frame::END_SHIFT;
 /// One frame: stores it when `store` (else it is the allocation function's own),
 /// then moves `s` to its caller. The end (`frame::end`) when there is none to move to.
 #[inline(always)]
-fn step(
-    frames: &mut [u64; MAX_STACK_DEPTH],
-    window: &mut StackWindow,
-    mappings: &ProcessMappings,
-    depth: usize,
-    s: &mut WalkState,
-    store: bool,
-) -> Option<u64> {
+fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
     let ip = s.ip;
     let sp = s.sp;
     let is_return_address = s.is_return_address != 0;
-    if store && s.stored as usize >= depth {
+    if store && s.stored as usize >= w.depth {
         return Some(frame::end::TRUNCATED);
     }
     let pc = if is_return_address {
@@ -284,19 +320,19 @@ fn step(
     } else {
         ip
     };
-    let mapping = find_mapping(mappings, pc);
+    let found = lookup(w.cache, w.mappings, pc);
     if store {
-        let mut value = match mapping {
-            Some(m) => {
-                (ip.wrapping_sub(m.bias) & frame::ADDRESS_MASK)
-                    | ((u64::from(m.object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
+        let mut value = match found {
+            Found::Row { bias, object, .. } | Found::NoRow { bias, object } => {
+                (ip.wrapping_sub(bias) & frame::ADDRESS_MASK)
+                    | ((u64::from(object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
             }
-            None => ip & frame::ADDRESS_MASK,
+            Found::NotMapped => ip & frame::ADDRESS_MASK,
         };
         if !is_return_address {
             value |= frame::INTERRUPTED;
         }
-        let Some(slot) = frames.get_mut(index(s.stored as usize)) else {
+        let Some(slot) = w.frames.get_mut(index(s.stored as usize)) else {
             return Some(frame::end::UNKNOWN);
         };
         // The previous stack's end bits are compared apart (`finish`).
@@ -304,12 +340,10 @@ fn step(
         *slot = value;
         s.stored += 1;
     }
-    let Some(m) = mapping else {
+    let Found::Row { row, .. } = found else {
         return Some(frame::end::UNKNOWN);
     };
-    let Some(row) = find_row(m, pc.wrapping_sub(m.bias)) else {
-        return Some(frame::end::UNKNOWN);
-    };
+    let window = &mut *w.window;
     let offset = u64::from(row.cfa_offset) * OFFSET_UNIT;
     let cfa = match row.cfa_rule {
         cfa_rule::RSP => sp.wrapping_add(offset),
@@ -385,6 +419,68 @@ fn read(window: &mut StackWindow, s: &mut WalkState, addr: u64) -> Option<u64> {
     s.window = 0;
     // SAFETY: the helper checks the address.
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+/// What the lookup of a frame's call site found.
+#[derive(Clone, Copy)]
+enum Found {
+    /// The mapping holding it (its load bias and object) and the row covering it.
+    Row {
+        bias: u64,
+        object: u32,
+        row: UnwindRow,
+    },
+    /// The mapping, but no row covers the address (the frame ends the walk as unknown).
+    NoRow { bias: u64, object: u32 },
+    /// No executable mapping of the process holds it.
+    NotMapped,
+}
+
+/// The mapping and row of runtime address `pc`: from this CPU's cache when a slot holds
+/// them for the process's current mappings (no search), else by the two searches, whose
+/// answer then fills the slot.
+#[inline(always)]
+fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Found {
+    let generation = mappings.generation;
+    let slot = &mut cache.slots[RowCacheSlot::index(pc, generation) & (ROW_CACHE_SLOTS - 1)];
+    // Each field read once: the check covers exactly the values used.
+    let (c_pc, c_bias, c_generation, c_object, c_row, c_check) = (
+        slot.pc,
+        slot.bias,
+        slot.generation,
+        slot.object,
+        slot.row,
+        slot.check,
+    );
+    if generation != 0
+        && c_pc == pc
+        && c_generation == generation
+        && c_check == RowCacheSlot::check_of(c_pc, c_bias, c_generation, c_object, &c_row)
+    {
+        return Found::Row {
+            bias: c_bias,
+            object: c_object,
+            row: c_row,
+        };
+    }
+    let Some(m) = find_mapping(mappings, pc) else {
+        return Found::NotMapped;
+    };
+    let (bias, object) = (m.bias, m.object);
+    let Some(row) = find_row(m, pc.wrapping_sub(bias)) else {
+        return Found::NoRow { bias, object };
+    };
+    if generation != 0 {
+        *slot = RowCacheSlot {
+            pc,
+            bias,
+            generation,
+            object,
+            row,
+            check: RowCacheSlot::check_of(pc, bias, generation, object, &row),
+        };
+    }
+    Found::Row { bias, object, row }
 }
 
 /// 1 if `a <= b`, else 0, without a branch: both searches below are branch-free, so
