@@ -22,7 +22,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicI32, Ordering},
+        atomic::{AtomicI32, AtomicU64, Ordering},
     },
 };
 
@@ -89,23 +89,55 @@ pub struct RunOutcome {
 /// The pid signals are forwarded to (0: none yet).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
+/// Signals sent to memtrack by another process and not forwarded yet, one bit per
+/// signal number: those that came before the command's pid was known (while the
+/// programs load and the command is held before or at its exec) are forwarded once it
+/// is ([`forward_to`]), not lost.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Sends every signal in [`PENDING`] to `pid`, clearing each as it is taken (the swap
+/// takes every bit exactly once, whether here or in the handler). Async-signal-safe.
+fn forward_pending(pid: i32) {
+    let pending = PENDING.swap(0, Ordering::SeqCst);
+    for sig in 1..64 {
+        if pending & (1 << sig) != 0 {
+            // SAFETY: kill is async-signal-safe.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// From now on signals go to `pid`, and those that came before do now.
+fn forward_to(pid: i32) {
+    FORWARD_TO.store(pid, Ordering::SeqCst);
+    // A handler that saw no pid set its bit before looking: it is taken here.
+    forward_pending(pid);
+}
+
 extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // A terminal's Ctrl-C already reached the command (same process group); forward
     // only signals sent to memtrack by another process (kill), so none arrives twice.
     // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
     let from_process = unsafe { (*info).si_code } == libc::SI_USER;
+    if !from_process || !(1..64).contains(&sig) {
+        return;
+    }
+    // The bit first, then the pid: either this handler sees the pid and forwards it,
+    // or forward_to's store comes later and its own take finds the bit.
+    PENDING.fetch_or(1 << sig, Ordering::SeqCst);
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if from_process && pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe {
-            libc::kill(pid, sig);
-        }
+    if pid > 0 {
+        forward_pending(pid);
     }
 }
 
 /// Keeps memtrack alive through SIGINT/SIGTERM/SIGHUP (forwarding them to the command),
 /// so the results collected so far are still written when the command dies of them.
 fn install_signal_forwarding() {
+    // Left from an earlier run in this process: not for this command.
+    PENDING.store(0, Ordering::SeqCst);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installing a handler that only makes async-signal-safe calls; handlers
         // (unlike SIG_IGN) reset to the default across the command's exec.
@@ -387,7 +419,7 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
         builder = builder.stacks(depth);
     }
     let tracker = builder.spawn(spec)?;
-    FORWARD_TO.store(tracker.pid() as i32, Ordering::SeqCst);
+    forward_to(tracker.pid() as i32);
     let regions = Arc::new(Mutex::new(Regions::default()));
     let exits = tracker.exited_processes();
     let control = tracker.control();

@@ -208,6 +208,61 @@ fn sigint_is_forwarded_and_results_are_kept() {
     assert_eq!(results[0].exit_signal, Some(2));
 }
 
+/// A signal sent to memtrack while it is still loading its programs (held there by the
+/// test-only load gate, core's hold.rs) is forwarded to the command once it runs, not
+/// lost: `sleep 30` dies of it, memtrack exits 128 + the signal and keeps the results.
+#[test]
+fn signals_sent_while_loading_are_forwarded() {
+    if !require_privileges("signals_while_loading") {
+        return;
+    }
+    use std::io::BufRead;
+    for (signal, code) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGTERM, 143),
+    ] {
+        let gate_dir = tempfile::tempdir().unwrap();
+        let gate = gate_dir.path().join("gate");
+        nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut run = Run::new(&[], ["sleep", "30"]);
+        let mut child = run
+            .memtrack
+            .env("MEMTRACK_TEST_LOAD_GATE", &gate)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = stderr.read_line(&mut line).unwrap();
+            assert!(n > 0, "memtrack ended before its load gate");
+            if line.starts_with("memtrack: test load gate:") {
+                break;
+            }
+        }
+        // Keep reading, so that memtrack never blocks on a full pipe.
+        let rest = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+            rest
+        });
+        // Its handlers are installed (the gate comes after them) and the command's pid
+        // is not known to them yet (it is, once the gate opens).
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        // Opening the gate for writing waits for memtrack's reader; closing it lets
+        // memtrack go on.
+        drop(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
+        let status = child.wait().unwrap();
+        let rest = rest.join().unwrap();
+        assert_eq!(status.code(), Some(code), "{signal}: {rest}");
+        let results = run.results();
+        assert_eq!(results.len(), 1, "{signal}");
+        assert_eq!(results[0].exit_signal, Some(signal as i32), "{signal}");
+    }
+}
+
 /// Started through sudo (SUDO_UID/SUDO_GID set, running as root), the command runs as
 /// that user.
 #[test]

@@ -5,6 +5,13 @@
 //! what a SIGKILL of memtrack leaves behind). The points, as [`Hold`] names them:
 //! `spawn`, `seized`, `exec`, `hook`, `fork`, `exit`. Unset (or unparsable), nothing is
 //! held. A held follower never comes back: only for processes that will be killed.
+//!
+//! Another testing aid, [`load_gate`]: `MEMTRACK_TEST_LOAD_GATE=FIFO` makes a spawning
+//! tracker wait, once its programs are loaded and before the command is let go, until a
+//! test has opened the FIFO (a named pipe) for writing and closed it again, so that the
+//! test can act while the load is surely still in progress (memtrack-cli's tests/cli.rs:
+//! signals sent to memtrack then are forwarded to the command, not lost). Unset, nothing
+//! waits.
 
 use std::collections::HashMap;
 
@@ -87,6 +94,23 @@ impl Holds {
                 std::thread::park();
             }
         }
+    }
+}
+
+/// The testing gate (module doc): with `MEMTRACK_TEST_LOAD_GATE=FIFO` set, prints
+/// `memtrack: test load gate: FIFO` on stderr, then opens FIFO for reading (which waits
+/// for a writer) and reads it to its end (the writer's close). Unset, returns at once;
+/// an error opening or reading FIFO ends the wait.
+pub(crate) fn load_gate() {
+    let Some(path) = std::env::var_os("MEMTRACK_TEST_LOAD_GATE") else {
+        return;
+    };
+    eprintln!(
+        "memtrack: test load gate: {}",
+        std::path::Path::new(&path).display()
+    );
+    if let Ok(mut fifo) = std::fs::File::open(&path) {
+        let _ = std::io::Read::read_to_end(&mut fifo, &mut Vec::new());
     }
 }
 

@@ -145,6 +145,7 @@ impl TrackerBuilder {
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         crate::ld_hook::prefetch();
         let shared = self.shared(self.start_enabled)?;
+        crate::hold::load_gate();
         ProcessTracker::follow(shared, Root::Spawn(command.into()))
     }
 
