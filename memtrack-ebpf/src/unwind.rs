@@ -211,6 +211,9 @@ fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, depth: u32,
         unsafe { UNWIND_PROGS.tail_call(ctx, UNWIND_PROG_SLOT) };
         return;
     };
+    if end == CUT_SHORT {
+        return;
+    }
     // SAFETY: the buffers are this CPU's own for the program's run.
     let (key, last) = unsafe { (&mut *b.key, &mut *b.last) };
     let id = finish(key, &s, end);
@@ -321,13 +324,16 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
         ip
     };
     let found = lookup(w.cache, w.mappings, pc);
+    if let Found::Raced = found {
+        return Some(CUT_SHORT);
+    }
     if store {
         let mut value = match found {
             Found::Row { bias, object, .. } | Found::NoRow { bias, object } => {
                 (ip.wrapping_sub(bias) & frame::ADDRESS_MASK)
                     | ((u64::from(object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
             }
-            Found::NotMapped => ip & frame::ADDRESS_MASK,
+            Found::NotMapped | Found::Raced => ip & frame::ADDRESS_MASK,
         };
         if !is_return_address {
             value |= frame::INTERRUPTED;
@@ -434,43 +440,36 @@ enum Found {
     NoRow { bias: u64, object: u32 },
     /// No executable mapping of the process holds it.
     NotMapped,
+    /// The cache slot changed under this walk (another walk on this CPU preempted it
+    /// and took the slot): the walk is cut short and its stack counts as lost.
+    Raced,
 }
+
+/// The end a walk cut short returns instead of a `frame::end`: its call keeps
+/// [`LOST_STACK`] (see [`Found::Raced`]).
+const CUT_SHORT: u64 = u64::MAX;
 
 /// The mapping and row of runtime address `pc`: from this CPU's cache when a slot holds
 /// them for the process's current mappings (no search), else by the two searches, whose
-/// answer then fills the slot.
+/// answer fills the slot. Either way the answer is read from the slot and checked
+/// ([`RowCacheSlot::check`]), so the verifier sees one path on from there, whichever
+/// way the slot was filled.
 #[inline(always)]
 fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Found {
     let generation = mappings.generation;
-    let slot = &mut cache.slots[RowCacheSlot::index(pc, generation) & (ROW_CACHE_SLOTS - 1)];
-    // Each field read once: the check covers exactly the values used.
-    let (c_pc, c_bias, c_generation, c_object, c_row, c_check) = (
-        slot.pc,
-        slot.bias,
-        slot.generation,
-        slot.object,
-        slot.row,
-        slot.check,
-    );
-    if generation != 0
-        && c_pc == pc
-        && c_generation == generation
-        && c_check == RowCacheSlot::check_of(c_pc, c_bias, c_generation, c_object, &c_row)
-    {
-        return Found::Row {
-            bias: c_bias,
-            object: c_object,
-            row: c_row,
-        };
-    }
-    let Some(m) = find_mapping(mappings, pc) else {
+    if generation == 0 {
+        // Only ProcessMappings::EMPTY has stamp 0, and it maps nothing.
         return Found::NotMapped;
-    };
-    let (bias, object) = (m.bias, m.object);
-    let Some(row) = find_row(m, pc.wrapping_sub(bias)) else {
-        return Found::NoRow { bias, object };
-    };
-    if generation != 0 {
+    }
+    let slot = &mut cache.slots[RowCacheSlot::index(pc, generation) & (ROW_CACHE_SLOTS - 1)];
+    if slot.pc != pc || slot.generation != generation {
+        let Some(m) = find_mapping(mappings, pc) else {
+            return Found::NotMapped;
+        };
+        let (bias, object) = (m.bias, m.object);
+        let Some(row) = find_row(m, pc.wrapping_sub(bias)) else {
+            return Found::NoRow { bias, object };
+        };
         *slot = RowCacheSlot {
             pc,
             bias,
@@ -480,7 +479,29 @@ fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Found {
             check: RowCacheSlot::check_of(pc, bias, generation, object, &row),
         };
     }
-    Found::Row { bias, object, row }
+    // Each field read once, and the check covers exactly the values used.
+    let (c_pc, c_bias, c_generation, c_object, c_row, c_check) = (
+        slot.pc,
+        slot.bias,
+        slot.generation,
+        slot.object,
+        slot.row,
+        slot.check,
+    );
+    if c_pc != pc
+        || c_generation != generation
+        || c_check != RowCacheSlot::check_of(c_pc, c_bias, c_generation, c_object, &c_row)
+    {
+        // Half written by a walk this one preempted, or taken over since the check
+        // above: emptied, so the next walk through it fills it again.
+        slot.generation = 0;
+        return Found::Raced;
+    }
+    Found::Row {
+        bias: c_bias,
+        object: c_object,
+        row: c_row,
+    }
 }
 
 /// 1 if `a <= b`, else 0, without a branch: both searches below are branch-free, so
