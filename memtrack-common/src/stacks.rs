@@ -26,7 +26,7 @@ pub const MAX_UNWIND_DEPTH: u32 = MAX_STACK_DEPTH as u32;
 /// allocation function's own frame (not stored) and then this many, and each tail call
 /// of the unwind program (`program_names::UNWIND`) this many more, until the walk ends.
 /// Chosen by what the verifier accepts and how long it takes (docs/ARCHITECTURE.md).
-pub const UNWIND_BATCH: u32 = 16;
+pub const UNWIND_BATCH: u32 = 8;
 
 /// Tail calls the kernel allows in one chain (`MAX_TAIL_CALL_CNT`); one more fails and
 /// the program goes on after the call.
