@@ -383,3 +383,76 @@ impl KernelStackCounts {
 /// Name of the eBPF object's read-only global (`u32`) holding the depth limit in frames
 /// (0: stacks off), set by the loader before the programs are verified.
 pub const DEPTH_GLOBAL: &str = "STACK_DEPTH";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pc: u32) -> UnwindRow {
+        UnwindRow {
+            pc,
+            cfa_offset: 2,
+            cfa_rule: crate::unwind::cfa_rule::RSP,
+            rbp_rule: -2,
+        }
+    }
+
+    #[test]
+    fn row_cache_index_stays_inside_the_cache_and_spreads_call_sites() {
+        let mut used = [0u32; ROW_CACHE_SLOTS];
+        for i in 0..4096u64 {
+            let pc = 0x5555_5555_0000 + i * 13;
+            let slot = RowCacheSlot::index(pc, 7);
+            assert!(slot < ROW_CACHE_SLOTS);
+            used[slot] += 1;
+        }
+        // 4096 addresses over 512 slots: none left empty, none crowded.
+        assert!(used.iter().all(|&n| (1..=32).contains(&n)), "{used:?}");
+        // The same address under another stamp is usually another slot.
+        let moved = (0..512u64)
+            .filter(|i| {
+                let pc = 0x7f00_0000_1000 + i * 16;
+                RowCacheSlot::index(pc, 1) != RowCacheSlot::index(pc, 2)
+            })
+            .count();
+        assert!(moved > 400, "{moved}");
+    }
+
+    #[test]
+    fn row_cache_check_changes_with_every_field() {
+        let base = RowCacheSlot::check_of(0x1000, 0x4000, 3, 5, &row(0x900));
+        assert_ne!(base, 0);
+        let others = [
+            RowCacheSlot::check_of(0x1001, 0x4000, 3, 5, &row(0x900)),
+            RowCacheSlot::check_of(0x1000, 0x4001, 3, 5, &row(0x900)),
+            RowCacheSlot::check_of(0x1000, 0x4000, 4, 5, &row(0x900)),
+            RowCacheSlot::check_of(0x1000, 0x4000, 3, 6, &row(0x900)),
+            RowCacheSlot::check_of(0x1000, 0x4000, 3, 5, &row(0x901)),
+            RowCacheSlot::check_of(
+                0x1000,
+                0x4000,
+                3,
+                5,
+                &UnwindRow {
+                    rbp_rule: 0,
+                    ..row(0x900)
+                },
+            ),
+        ];
+        for (i, c) in others.iter().enumerate() {
+            assert_ne!(*c, base, "field {i}");
+        }
+        // An empty slot (all zero) never passes for a filled one.
+        let empty = RowCacheSlot::default();
+        assert_ne!(
+            empty.check,
+            RowCacheSlot::check_of(
+                empty.pc,
+                empty.bias,
+                empty.generation,
+                empty.object,
+                &empty.row
+            )
+        );
+    }
+}
