@@ -117,11 +117,12 @@ fn forward_to(pid: i32) {
 }
 
 extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // A terminal's Ctrl-C already reached the command (same process group); forward
-    // only signals sent to memtrack by another process (kill), so none arrives twice.
+    // A terminal's Ctrl-C reaches the command too (same process group) once it runs;
+    // forward it only while there is no command yet (memtrack still loading), and
+    // signals sent to memtrack by another process (kill) always, so none arrives twice.
     // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
     let from_process = unsafe { (*info).si_code } == libc::SI_USER;
-    if !from_process || !(1..64).contains(&sig) {
+    if !(1..64).contains(&sig) || (!from_process && FORWARD_TO.load(Ordering::SeqCst) > 0) {
         return;
     }
     // The bit first, then the pid: either this handler sees the pid and forwards it,

@@ -217,9 +217,13 @@ fn signals_sent_while_loading_are_forwarded() {
         return;
     }
     use std::io::BufRead;
-    for (signal, code) in [
-        (nix::sys::signal::Signal::SIGINT, 130),
-        (nix::sys::signal::Signal::SIGTERM, 143),
+    // `queued`: sent with sigqueue (si_code SI_QUEUE, not SI_USER), the way a signal
+    // that is not another process's kill reaches memtrack, like a terminal's Ctrl-C:
+    // with no command yet to have received it too, it is forwarded as well.
+    for (signal, code, queued) in [
+        (nix::sys::signal::Signal::SIGINT, 130, false),
+        (nix::sys::signal::Signal::SIGTERM, 143, false),
+        (nix::sys::signal::Signal::SIGINT, 130, true),
     ] {
         let gate_dir = tempfile::tempdir().unwrap();
         let gate = gate_dir.path().join("gate");
@@ -250,13 +254,31 @@ fn signals_sent_while_loading_are_forwarded() {
         });
         // Its handlers are installed (the gate comes after them) and the command's pid
         // is not known to them yet (it is, once the gate opens).
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        if queued {
+            // SAFETY: sigqueue with a plain value; the pid is memtrack's, still running.
+            let sent = unsafe {
+                libc::sigqueue(
+                    child.id() as i32,
+                    signal as i32,
+                    libc::sigval {
+                        sival_ptr: std::ptr::null_mut(),
+                    },
+                )
+            };
+            assert_eq!(sent, 0, "sigqueue: {}", std::io::Error::last_os_error());
+        } else {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        }
         // Opening the gate for writing waits for memtrack's reader; closing it lets
         // memtrack go on.
         drop(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
         let status = child.wait().unwrap();
         let rest = rest.join().unwrap();
-        assert_eq!(status.code(), Some(code), "{signal}: {rest}");
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "{signal} (queued: {queued}): {rest}"
+        );
         let results = run.results();
         assert_eq!(results.len(), 1, "{signal}");
         assert_eq!(results[0].exit_signal, Some(signal as i32), "{signal}");
