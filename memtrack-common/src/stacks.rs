@@ -264,9 +264,13 @@ pub struct RowCacheSlot {
     pub row: UnwindRow,
     /// [`RowCacheSlot::check_of`] the fields above: a slot half written by a walk that
     /// was preempted (another walk on the same CPU then writing it too) fails the
-    /// check and counts as a miss.
+    /// check; the walk reading it is cut short (its stack counted as lost) and empties
+    /// the slot, so the next walk through it fills it again.
     pub check: u64,
 }
+
+/// The multiplier of the row cache's hashes (2^64 / the golden ratio, odd).
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 
 impl RowCacheSlot {
     /// The check value of a slot's fields (a multiplicative mix, so a mix of two
@@ -279,21 +283,20 @@ impl RowCacheSlot {
         object: u32,
         row: &UnwindRow,
     ) -> u64 {
-        const K: u64 = 0x9e37_79b9_7f4a_7c15;
         let row = row.pc as u64
             | (row.cfa_offset as u64) << 32
             | (row.cfa_rule as u64) << 48
             | (row.rbp_rule as u8 as u64) << 56;
-        let mut h = pc.wrapping_mul(K) ^ bias;
-        h = h.wrapping_mul(K) ^ ((generation as u64) << 32 | object as u64);
-        h = h.wrapping_mul(K) ^ row;
-        h.wrapping_mul(K) | 1
+        let mut h = pc.wrapping_mul(MIX) ^ bias;
+        h = h.wrapping_mul(MIX) ^ ((generation as u64) << 32 | object as u64);
+        h = h.wrapping_mul(MIX) ^ row;
+        h.wrapping_mul(MIX) | 1
     }
 
     /// The slot of `pc` under `generation` in a cache of [`ROW_CACHE_SLOTS`].
     #[inline(always)]
     pub const fn index(pc: u64, generation: u32) -> usize {
-        let h = (pc ^ ((generation as u64) << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h = (pc ^ ((generation as u64) << 40)).wrapping_mul(MIX);
         (h >> 55) as usize & (ROW_CACHE_SLOTS - 1)
     }
 }

@@ -28,9 +28,9 @@ use memtrack_common::{
     LiveBlock, PidStats, global,
     stacks::{
         KernelStackCounts, LOST_STACK, LastStack, MAPPING_SEARCH_STEPS, MAX_MAPPINGS,
-        MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings,
-        ROW_CACHE_SLOTS, RowCache, RowCacheSlot, StackKey, StackWindow, UNWIND_BATCH,
-        UNWIND_PROG_SLOT, WINDOW_BYTES, WINDOW_WORDS, WalkState, frame, stack_counts_key,
+        MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, RowCache,
+        RowCacheSlot, StackKey, StackWindow, UNWIND_BATCH, UNWIND_PROG_SLOT, WINDOW_BYTES,
+        WINDOW_WORDS, WalkState, frame, stack_counts_key,
     },
     unwind::{MAX_SEARCH_STEPS, OFFSET_UNIT, PLT_PUSHED_FROM, UnwindRow, cfa_rule, sigframe},
 };
@@ -151,7 +151,7 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
         }
         None => Some(frame::end::UNKNOWN),
     };
-    continue_or_finish(ctx, &b, s, depth, end);
+    continue_or_finish(ctx, &b, s, end);
 }
 
 /// The unwind program: walks the next batch of the walk `UNWIND_STATE` holds, then
@@ -190,20 +190,15 @@ pub fn unwind_prog(ctx: ProbeContext) -> u32 {
         ),
         None => Some(frame::end::UNKNOWN),
     };
-    continue_or_finish(&ctx, &b, s, depth, end);
+    continue_or_finish(&ctx, &b, s, end);
     0
 }
 
 /// After a batch: ends the walk when it has an end, else saves its state and
-/// tail-calls the unwind program. A walk that has stored `depth` frames ends here as
-/// truncated (what the next program's first step would find, without the tail call).
-/// A tail call that fails returns here, and the pending call keeps LOST_STACK.
+/// tail-calls the unwind program. A tail call that fails returns here, and the pending
+/// call keeps LOST_STACK.
 #[inline(always)]
-fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, depth: u32, end: Option<u64>) {
-    let end = match end {
-        None if s.stored >= depth => Some(frame::end::TRUNCATED),
-        end => end,
-    };
+fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, end: Option<u64>) {
     let Some(end) = end else {
         // SAFETY: this CPU's map value.
         unsafe { *b.state = s };
@@ -294,12 +289,17 @@ struct Walk<'a> {
 }
 
 /// Walks up to [`UNWIND_BATCH`] frames into the scratch; the end (`frame::end`) when
-/// the walk ended, None when it goes on.
+/// the walk ended, None when it goes on. A walk that has stored its `depth` frames and
+/// found a caller beyond them ends there, truncated (no program of the chain is called
+/// only to say so).
 #[inline(always)]
 fn walk_batch(w: &mut Walk, s: &mut WalkState) -> Option<u64> {
     for _ in 0..UNWIND_BATCH {
         if let Some(end) = step(w, s, true) {
             return Some(end);
+        }
+        if s.stored as usize >= w.depth {
+            return Some(frame::end::TRUNCATED);
         }
     }
     None
@@ -315,25 +315,21 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
     let ip = s.ip;
     let sp = s.sp;
     let is_return_address = s.is_return_address != 0;
-    if store && s.stored as usize >= w.depth {
-        return Some(frame::end::TRUNCATED);
-    }
     let pc = if is_return_address {
         ip.wrapping_sub(1)
     } else {
         ip
     };
-    let found = lookup(w.cache, w.mappings, pc);
-    if let Found::Raced = found {
+    let Some(found) = lookup(w.cache, w.mappings, pc) else {
         return Some(CUT_SHORT);
-    }
+    };
     if store {
         let mut value = match found {
             Found::Row { bias, object, .. } | Found::NoRow { bias, object } => {
                 (ip.wrapping_sub(bias) & frame::ADDRESS_MASK)
                     | ((u64::from(object) + 1) & frame::OBJECT_MASK) << frame::OBJECT_SHIFT
             }
-            Found::NotMapped | Found::Raced => ip & frame::ADDRESS_MASK,
+            Found::NotMapped => ip & frame::ADDRESS_MASK,
         };
         if !is_return_address {
             value |= frame::INTERRUPTED;
@@ -440,35 +436,34 @@ enum Found {
     NoRow { bias: u64, object: u32 },
     /// No executable mapping of the process holds it.
     NotMapped,
-    /// The cache slot changed under this walk (another walk on this CPU preempted it
-    /// and took the slot): the walk is cut short and its stack counts as lost.
-    Raced,
 }
 
 /// The end a walk cut short returns instead of a `frame::end`: its call keeps
-/// [`LOST_STACK`] (see [`Found::Raced`]).
+/// [`LOST_STACK`] (see [`lookup`]).
 const CUT_SHORT: u64 = u64::MAX;
 
 /// The mapping and row of runtime address `pc`: from this CPU's cache when a slot holds
 /// them for the process's current mappings (no search), else by the two searches, whose
 /// answer fills the slot. Either way the answer is read from the slot and checked
 /// ([`RowCacheSlot::check`]), so the verifier sees one path on from there, whichever
-/// way the slot was filled.
+/// way the slot was filled. None when the slot changed under this walk (another walk
+/// on this CPU preempted it and took the slot): the walk is cut short and its stack
+/// counts as lost.
 #[inline(always)]
-fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Found {
+fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Option<Found> {
     let generation = mappings.generation;
     if generation == 0 {
         // Only ProcessMappings::EMPTY has stamp 0, and it maps nothing.
-        return Found::NotMapped;
+        return Some(Found::NotMapped);
     }
-    let slot = &mut cache.slots[RowCacheSlot::index(pc, generation) & (ROW_CACHE_SLOTS - 1)];
+    let slot = &mut cache.slots[RowCacheSlot::index(pc, generation)];
     if slot.pc != pc || slot.generation != generation {
         let Some(m) = find_mapping(mappings, pc) else {
-            return Found::NotMapped;
+            return Some(Found::NotMapped);
         };
         let (bias, object) = (m.bias, m.object);
         let Some(row) = find_row(m, pc.wrapping_sub(bias)) else {
-            return Found::NoRow { bias, object };
+            return Some(Found::NoRow { bias, object });
         };
         *slot = RowCacheSlot {
             pc,
@@ -495,13 +490,13 @@ fn lookup(cache: &mut RowCache, mappings: &ProcessMappings, pc: u64) -> Found {
         // Half written by a walk this one preempted, or taken over since the check
         // above: emptied, so the next walk through it fills it again.
         slot.generation = 0;
-        return Found::Raced;
+        return None;
     }
-    Found::Row {
+    Some(Found::Row {
         bias: c_bias,
         object: c_object,
         row: c_row,
-    }
+    })
 }
 
 /// 1 if `a <= b`, else 0, without a branch: both searches below are branch-free, so
