@@ -343,10 +343,32 @@ pub(crate) struct ProgramLoad<'a> {
     pub(crate) btf: Option<ProgramBtf<'a>>,
 }
 
+/// The environment variable that makes [`load_program`] print each program's verifier
+/// statistics (time in µs, instructions processed, states) on stderr: a developer's
+/// view of what the verifier costs memtrack's start-up (docs/ARCHITECTURE.md).
+pub(crate) const DEBUG_VERIFIER_ENV: &str = "MEMTRACK_DEBUG_VERIFIER";
+
+/// `log_level` bit 4 of `BPF_PROG_LOAD`: the verifier's statistics only.
+const LOG_LEVEL_STATS: u32 = 4;
+
+/// Bytes of log that hold the statistics line.
+const STATS_LOG_BYTES: usize = 1024;
+
+/// Whether [`DEBUG_VERIFIER_ENV`] is set to a non-empty value other than `0`.
+fn verifier_stats_wanted() -> bool {
+    std::env::var_os(DEBUG_VERIFIER_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The text of a NUL-terminated verifier log buffer.
+fn log_text(log: &[u8]) -> String {
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    String::from_utf8_lossy(&log[..end]).into_owned()
+}
+
 /// Loads one program. A rejected program is loaded again with the verifier's log, whose
 /// last 20 lines the error carries.
 pub(crate) fn load_program(load: &ProgramLoad<'_>) -> io::Result<OwnedFd> {
-    let attempt = |log: Option<&mut Vec<u8>>| {
+    let attempt = |log: Option<(&mut Vec<u8>, u32)>| {
         let mut attr = zeroed_attr();
         // SAFETY: writing plain integers into the prog-load member of the union; every
         // buffer it points to (instructions, license, BTF records, log) outlives the call.
@@ -372,22 +394,35 @@ pub(crate) fn load_program(load: &ProgramLoad<'_>) -> io::Result<OwnedFd> {
                 u.line_info_rec_size = btf.line_info_rec_size;
             }
         }
-        if let Some(log) = log {
-            u.log_level = 1;
+        if let Some((log, level)) = log {
+            u.log_level = level;
             u.log_buf = log.as_mut_ptr() as u64;
             u.log_size = log.len() as u32;
         }
         sys_bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr)
     };
-    match attempt(None) {
+    let first = if verifier_stats_wanted() {
+        let mut log = vec![0u8; STATS_LOG_BYTES];
+        let loaded = attempt(Some((&mut log, LOG_LEVEL_STATS)));
+        let text = log_text(&log);
+        let stats: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        eprintln!("memtrack: verifier: {}: {}", load.name, stats.join("; "));
+        loaded
+    } else {
+        attempt(None)
+    };
+    match first {
         Ok(fd) => Ok(fd),
         Err(first) => {
             let mut log = vec![0u8; VERIFIER_LOG_BYTES];
-            match attempt(Some(&mut log)) {
+            match attempt(Some((&mut log, 1))) {
                 Ok(fd) => Ok(fd),
                 Err(_) => {
-                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                    let text = String::from_utf8_lossy(&log[..end]);
+                    let text = log_text(&log);
                     let lines: Vec<&str> = text.lines().collect();
                     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
                     Err(io::Error::new(

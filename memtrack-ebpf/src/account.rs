@@ -8,7 +8,7 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use memtrack_common::{
     HISTOGRAM_BUCKETS, LiveBlock, LiveKey, NUM_FUNCS, Pending, PidStats, ProcessSlot, ReleaseMark,
-    ThreadState, TrackState, global,
+    ThreadState, TrackState, global, pending_flags,
 };
 
 use crate::{
@@ -97,8 +97,13 @@ impl Thread {
             if (*state).generation != owner.generation {
                 (*state).generation = owner.generation;
                 (*state).pending.depth = 0;
-                (*state).mark = ReleaseMark::default();
-                (*state).released = 0;
+                // Field by field: a whole-struct store compiles to a byte-wise memset
+                // subprogram, which the verifier walks again at every call site.
+                let m = &raw mut (*state).mark;
+                core::ptr::write_volatile(&raw mut (*m).ptr, 0);
+                core::ptr::write_volatile(&raw mut (*m).func, 0);
+                core::ptr::write_volatile(&raw mut (*m).entry_sp, 0);
+                core::ptr::write_volatile(&raw mut (*state).released, 0);
             }
             Some(Thread {
                 pid_tgid,
@@ -484,6 +489,24 @@ pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
         }
     }
     None
+}
+
+/// A realloc-family call of the non-NULL `ptr`, outermost and just recorded as the
+/// thread's pending call: its old block leaves the live map now (see
+/// `memtrack_common::Pending::old_size`), its size, stack and birth kept in the pending
+/// call, and comes back if the call fails.
+#[inline(always)]
+pub fn take_old_block(t: &Thread, ptr: u64) {
+    if let Some(old) = take_live(t, ptr) {
+        // SAFETY: the entry is this thread's own.
+        unsafe {
+            let p = &raw mut (*t.state).pending;
+            (*p).old_size = old.size;
+            (*p).old_stack = old.stack;
+            (*p).old_born_ns = old.born_ns;
+            (*p).flags |= pending_flags::OLD_KNOWN;
+        }
+    }
 }
 
 /// Puts a block back into the live map (a realloc that failed keeps its old block, and

@@ -23,6 +23,8 @@ mod syscalls;
 mod unwind;
 #[cfg(target_arch = "bpf")]
 mod uprobes;
+#[cfg(target_arch = "bpf")]
+mod verified_once;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

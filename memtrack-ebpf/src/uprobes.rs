@@ -18,7 +18,7 @@ use memtrack_common::{Kind, LiveBlock, Pending, PidStats, cookie, pending_flags}
 
 use crate::{
     account::{self, Nesting, Thread, current},
-    atomics, unwind,
+    atomics, unwind, verified_once,
 };
 
 /// What an entry probe knows about its call.
@@ -91,13 +91,13 @@ fn counted_outermost(c: &Call, count_depth: bool) -> Option<(Thread, *mut PidSta
     Some((t, stats))
 }
 
-/// Entry of every allocating function but the realloc family. True when it recorded
-/// the call as pending (its stack is then to be walked, [`walk_stack`]).
+/// Entry of every allocating function: counts the call and records it as the thread's
+/// pending call, with its requested `size`, the `ptr` argument (the old block of the
+/// realloc family, posix_memalign's `memptr`) and its `pending_flags`. The realloc
+/// family's old block leaves the live map now (see
+/// `memtrack_common::Pending::old_size`) and comes back if the call fails.
 #[inline(always)]
-fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
-    let Some((t, stats)) = counted_outermost(c, true) else {
-        return false;
-    };
+fn alloc_entry(c: &Call, t: &Thread, stats: *mut PidStats, size: u64, ptr: u64, flags: u64) {
     account::count_call(stats, c.func);
     let pending = Pending {
         depth: 1,
@@ -113,44 +113,13 @@ fn alloc_entry(c: &Call, size: u64, ptr: u64, flags: u64) -> bool {
         flags,
         entry_sp: c.entry_sp,
     };
-    account::begin_call(&t, &pending);
-    true
-}
-
-/// Entry of the realloc family: the old block leaves the live map now (see
-/// `memtrack_common::Pending::old_size`) and comes back if the call fails. True when
-/// it recorded the call as pending.
-#[inline(always)]
-fn realloc_entry(c: &Call, ptr: u64, size: u64, overflow: bool) -> bool {
-    let Some((t, stats)) = counted_outermost(c, true) else {
-        return false;
-    };
-    account::count_call(stats, c.func);
-    let mut pending = Pending {
-        depth: 1,
-        func: c.func,
-        kind: c.kind.id(),
-        stack: unwind::initial_stack(),
-        size,
-        ptr,
-        old_size: 0,
-        old_stack: 0,
-        _pad: 0,
-        old_born_ns: 0,
-        flags: if overflow { pending_flags::OVERFLOW } else { 0 },
-        entry_sp: c.entry_sp,
-    };
-    if ptr != 0
-        && !overflow
-        && let Some(old) = account::take_live(&t, ptr)
+    account::begin_call(t, &pending);
+    if matches!(c.kind, Kind::Realloc | Kind::Reallocarray)
+        && ptr != 0
+        && flags & pending_flags::OVERFLOW == 0
     {
-        pending.old_size = old.size;
-        pending.old_stack = old.stack;
-        pending.old_born_ns = old.born_ns;
-        pending.flags |= pending_flags::OLD_KNOWN;
+        verified_once::take_old_block(t, ptr);
     }
-    account::begin_call(&t, &pending);
-    true
 }
 
 /// The old block of a realloc whose entry took it out of the live map.
@@ -188,7 +157,9 @@ fn alloc_return(ret: u64) -> u32 {
         return 0;
     };
     match Kind::from_id(p.kind) {
-        Some(Kind::Realloc | Kind::Reallocarray) => realloc_return(&t, stats, &p, ret),
+        Some(Kind::Realloc | Kind::Reallocarray) => {
+            verified_once::realloc_return(&t, stats, &p, ret)
+        }
         Some(Kind::PosixMemalign) => {
             // posix_memalign returns an int error number; the block is in *memptr.
             if ret as u32 != 0 {
@@ -197,7 +168,7 @@ fn alloc_return(ret: u64) -> u32 {
                 // SAFETY: reading user memory through the helper, which checks it.
                 match unsafe { bpf_probe_read_user(p.ptr as *const u64) } {
                     Ok(addr) if addr != 0 => {
-                        account::record_alloc(&t, stats, p.func, p.stack, addr, p.size)
+                        verified_once::record_alloc(&t, stats, p.func, p.stack, addr, p.size)
                     }
                     Ok(_) => {}
                     // SAFETY: stats points into a live map value.
@@ -209,7 +180,7 @@ fn alloc_return(ret: u64) -> u32 {
             if ret == 0 || p.flags & pending_flags::OVERFLOW != 0 {
                 account::count_failure(stats, p.func);
             } else {
-                account::record_alloc(&t, stats, p.func, p.stack, ret, p.size);
+                verified_once::record_alloc(&t, stats, p.func, p.stack, ret, p.size);
             }
         }
         // The entry program writes only the kinds above (free-like functions keep no
@@ -225,14 +196,14 @@ fn alloc_return(ret: u64) -> u32 {
 /// (release + new block, even at the same address); realloc(p, 0) returning NULL is a
 /// free (glibc); any other NULL result is a failure that leaves the old block alive.
 #[inline(always)]
-fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
+pub fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
     let tgid = t.tgid();
     let known = p.flags & pending_flags::OLD_KNOWN != 0;
     if p.ptr == 0 {
         if ret == 0 {
             account::count_failure(stats, p.func);
         } else {
-            account::record_alloc(t, stats, p.func, p.stack, ret, p.size);
+            verified_once::record_alloc(t, stats, p.func, p.stack, ret, p.size);
         }
     } else if ret != 0 {
         if known {
@@ -242,7 +213,7 @@ fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
         } else {
             account::record_unmatched(stats);
         }
-        account::record_alloc(t, stats, p.func, p.stack, ret, p.size);
+        verified_once::record_alloc(t, stats, p.func, p.stack, ret, p.size);
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
             crate::unwind::charge_release(stats, tgid, &old_block(p));
@@ -272,23 +243,33 @@ pub fn alloc_entry_prog(ctx: ProbeContext) -> u32 {
     let Some(c) = call(&ctx) else {
         return unreadable_call();
     };
-    let pending = match c.kind {
-        Kind::Free => return free_entry(&ctx, &c),
-        Kind::SizeFirst => alloc_entry(&c, arg(&ctx, 0), 0, 0),
-        Kind::SizeSecond => alloc_entry(&c, arg(&ctx, 1), 0, 0),
+    // Free-like functions have no return probe: they add no nesting level.
+    let Some((t, stats)) = counted_outermost(&c, c.kind != Kind::Free) else {
+        return 0;
+    };
+    let (size, ptr, flags) = match c.kind {
+        Kind::Free => return free_entry(&ctx, &c, &t, stats),
+        Kind::SizeFirst => (arg(&ctx, 0), 0, 0),
+        Kind::SizeSecond => (arg(&ctx, 1), 0, 0),
         Kind::Calloc => {
             let (size, overflow) = array_size(arg(&ctx, 0), arg(&ctx, 1));
-            let flags = if overflow { pending_flags::OVERFLOW } else { 0 };
-            alloc_entry(&c, size, 0, flags)
+            (size, 0, overflow_flag(overflow))
         }
-        Kind::Realloc => realloc_entry(&c, arg(&ctx, 0), arg(&ctx, 1), false),
+        Kind::Realloc => (arg(&ctx, 1), arg(&ctx, 0), 0),
         Kind::Reallocarray => {
             let (size, overflow) = array_size(arg(&ctx, 1), arg(&ctx, 2));
-            realloc_entry(&c, arg(&ctx, 0), size, overflow)
+            (size, arg(&ctx, 0), overflow_flag(overflow))
         }
-        Kind::PosixMemalign => alloc_entry(&c, arg(&ctx, 2), arg(&ctx, 0), 0),
+        Kind::PosixMemalign => (arg(&ctx, 2), arg(&ctx, 0), 0),
     };
-    if pending { walk_stack(&ctx, &c) } else { 0 }
+    alloc_entry(&c, &t, stats, size, ptr, flags);
+    walk_stack(&ctx, &c)
+}
+
+/// The `pending_flags` of a call whose nmemb*size did (true) or did not overflow.
+#[inline(always)]
+fn overflow_flag(overflow: bool) -> u64 {
+    if overflow { pending_flags::OVERFLOW } else { 0 }
 }
 
 /// A probe whose cookie names no argument layout: the call cannot be read, so it is a
@@ -314,17 +295,14 @@ pub fn alloc_return_prog(ctx: RetProbeContext) -> u32 {
 /// free) belongs to that call and is skipped; one forwarded by another free-like
 /// function is recognised by `account::release`.
 #[inline(always)]
-fn free_entry(ctx: &ProbeContext, c: &Call) -> u32 {
-    let Some((t, stats)) = counted_outermost(c, false) else {
-        return 0;
-    };
+fn free_entry(ctx: &ProbeContext, c: &Call, t: &Thread, stats: *mut PidStats) -> u32 {
     let ptr = arg(ctx, 0);
     if ptr == 0 {
         // Counted at every layer: a NULL release leaves no trace to recognise a
         // forward by (`operator delete(nullptr)` reaching `free(NULL)` counts 2 calls).
         account::count_call(stats, c.func);
     } else {
-        account::release(&t, stats, c.func, ptr, c.entry_sp);
+        verified_once::release(t, stats, c.func, ptr, c.entry_sp);
     }
     0
 }

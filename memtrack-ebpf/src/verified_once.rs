@@ -1,0 +1,137 @@
+//! The accounting steps every probe shares, as BPF global functions, which the verifier
+//! checks once, on their own, against the types of their arguments, instead of once per
+//! path of every program that calls them (an inlined step is verified again for every
+//! combination of branches before it). That is most of memtrack's start-up time spent
+//! in the verifier: docs/ARCHITECTURE.md ("Verification").
+//!
+//! The kernel's rules for a global function: at most five arguments, each a scalar or a
+//! pointer to a sized type, which the verifier treats as possibly NULL (each is checked
+//! here before use); a scalar return value. Map value pointers passed in keep pointing
+//! into their maps for the whole program run, as they do for inlined code. The
+//! functions are `extern "C"`, unmangled and never inlined, which gives them global
+//! linkage in the object's BTF; each wrapper below is the one way the programs call
+//! its function.
+
+use memtrack_common::{Pending, PidStats, ThreadState};
+
+use crate::account::{self, Thread, current};
+
+/// The calling thread as its program saw it: the state and slot it looked up, counted
+/// (a global function is only called for a counted call).
+#[inline(always)]
+fn thread(state: *mut ThreadState) -> Thread {
+    Thread {
+        pid_tgid: current(),
+        state,
+        // SAFETY: the caller checked that state is not NULL; it is this thread's own.
+        slot: unsafe { (*state).slot },
+        counted: true,
+    }
+}
+
+/// `account::record_alloc` of a block of `size` bytes at `addr`; `func_stack` holds the
+/// function's counter slot in its low half and the stack id in its high half (a global
+/// function takes at most five arguments). Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_record_alloc(
+    state: *mut ThreadState,
+    stats: *mut PidStats,
+    func_stack: u64,
+    addr: u64,
+    size: u64,
+) -> i32 {
+    if state.is_null() || stats.is_null() {
+        return 0;
+    }
+    let t = thread(state);
+    account::record_alloc(
+        &t,
+        stats,
+        func_stack as u32,
+        (func_stack >> 32) as u32,
+        addr,
+        size,
+    );
+    0
+}
+
+/// See [`memtrack_record_alloc`].
+#[inline(always)]
+pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, addr: u64, size: u64) {
+    memtrack_record_alloc(
+        t.state,
+        stats,
+        u64::from(func) | u64::from(stack) << 32,
+        addr,
+        size,
+    );
+}
+
+/// `account::release` of the non-NULL `ptr` by `func`, whose entry stack pointer is
+/// `entry_sp`. Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_release(
+    state: *mut ThreadState,
+    stats: *mut PidStats,
+    func: u32,
+    ptr: u64,
+    entry_sp: u64,
+) -> i32 {
+    if state.is_null() || stats.is_null() {
+        return 0;
+    }
+    account::release(&thread(state), stats, func, ptr, entry_sp);
+    0
+}
+
+/// See [`memtrack_release`].
+#[inline(always)]
+pub fn release(t: &Thread, stats: *mut PidStats, func: u32, ptr: u64, entry_sp: u64) {
+    memtrack_release(t.state, stats, func, ptr, entry_sp);
+}
+
+/// `account::take_old_block`: a realloc of `ptr` takes its old block out of the live
+/// map into the thread's pending call. Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_take_old_block(state: *mut ThreadState, ptr: u64) -> i32 {
+    if state.is_null() {
+        return 0;
+    }
+    account::take_old_block(&thread(state), ptr);
+    0
+}
+
+/// See [`memtrack_take_old_block`].
+#[inline(always)]
+pub fn take_old_block(t: &Thread, ptr: u64) {
+    memtrack_take_old_block(t.state, ptr);
+}
+
+/// `crate::uprobes::realloc_return` of the ended call `p`, which returned `ret`.
+/// Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_realloc_return(
+    state: *mut ThreadState,
+    stats: *mut PidStats,
+    p: *const Pending,
+    ret: u64,
+) -> i32 {
+    if state.is_null() || stats.is_null() || p.is_null() {
+        return 0;
+    }
+    // SAFETY: p is not NULL and points to a whole Pending (the verifier checked its
+    // size at the call).
+    let p = unsafe { *p };
+    crate::uprobes::realloc_return(&thread(state), stats, &p, ret);
+    0
+}
+
+/// See [`memtrack_realloc_return`].
+#[inline(always)]
+pub fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
+    memtrack_realloc_return(t.state, stats, p, ret);
+}
