@@ -569,7 +569,8 @@ impl Engine {
         self.write_slot(pid, slot)
     }
 
-    /// Stops probing `pid` in the kernel's eyes (it gives up its slot).
+    /// Stops probing `pid` in the kernel's eyes (it gives up its slot). Called once the
+    /// process has exited: none of its calls can add a live block any more.
     pub(crate) fn forget(&mut self, pid: u32) {
         if self.stacks.is_some() {
             let stats = self.read_stats(pid).ok();
@@ -577,7 +578,7 @@ impl Engine {
                 stacks.finish(pid, stats.as_ref());
             }
         }
-        let may_have_blocks = self.may_have_live_blocks(pid);
+        let may_have_blocks = self.may_have_live_blocks(pid, true);
         if let Some(slot) = self.slots.owned.remove(&pid) {
             // Owner first: a thread still running sees a free slot, not another's.
             let _ = self.tracked.set(slot.index, ProcessSlot::default(), 0);
@@ -595,12 +596,13 @@ impl Engine {
     /// short process is forgotten at its start and at its end). No when its counters
     /// say no block is live, none was released (a release leaves its entry behind for
     /// a while, `LiveBlock::RELEASED`) and nothing was lost, and no call can add one
-    /// meanwhile (its counting is off, or it is gone).
-    fn may_have_live_blocks(&self, pid: u32) -> bool {
+    /// meanwhile (its counting is off, or it is `gone`: it exited; a short process that
+    /// never released a block, `/bin/true`, then costs no walk at its end).
+    fn may_have_live_blocks(&self, pid: u32, gone: bool) -> bool {
         let Some(slot) = self.slots.owned.get(&pid) else {
             return false;
         };
-        let counting = slot.value.state.enabled != 0;
+        let counting = !gone && slot.value.state.enabled != 0;
         let Ok(stats) = self.stats.get(&slot.index, 0) else {
             return true;
         };
@@ -611,7 +613,7 @@ impl Engine {
     /// as unmatched, like blocks allocated before tracking) and its threads' calls in
     /// progress and last releases (a new generation of its slot).
     pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
-        let may_have_blocks = self.may_have_live_blocks(pid);
+        let may_have_blocks = self.may_have_live_blocks(pid, false);
         let mut slot = self.slot(pid)?;
         self.stats
             .set(slot.index, PidStats::ZERO, 0)
