@@ -14,7 +14,7 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use memtrack_common::{Kind, LiveBlock, Pending, PidStats, cookie, pending_flags};
+use memtrack_common::{Kind, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
     account::{self, Nesting, Thread, current},
@@ -122,17 +122,6 @@ fn alloc_entry(c: &Call, t: &Thread, stats: *mut PidStats, size: u64, ptr: u64, 
     }
 }
 
-/// The old block of a realloc whose entry took it out of the live map.
-#[inline(always)]
-fn old_block(p: &Pending) -> LiveBlock {
-    LiveBlock {
-        size: p.old_size,
-        stack: p.old_stack,
-        _pad: 0,
-        born_ns: p.old_born_ns,
-    }
-}
-
 /// Walks the stack of a call the entry program just recorded as pending (stacks on:
 /// the entry's stack id stays `LOST_STACK` unless the walk ends and writes it). Last in
 /// the program: the walk may tail-call, after which the entry program does not resume.
@@ -190,43 +179,6 @@ fn alloc_return(ret: u64) -> u32 {
         Some(Kind::Free) | None => atomics::add(unsafe { &raw mut (*stats).lost_events }, 1),
     }
     0
-}
-
-/// realloc(NULL, n) allocates; a non-NULL result for a non-NULL pointer is a resize
-/// (release + new block, even at the same address); realloc(p, 0) returning NULL is a
-/// free (glibc); any other NULL result is a failure that leaves the old block alive.
-#[inline(always)]
-pub fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
-    let tgid = t.tgid();
-    let known = p.flags & pending_flags::OLD_KNOWN != 0;
-    if p.ptr == 0 {
-        if ret == 0 {
-            account::count_failure(stats, p.func);
-        } else {
-            verified_once::record_alloc(t, stats, p.func, p.stack, ret, p.size);
-        }
-    } else if ret != 0 {
-        if known {
-            crate::unwind::charge_release(stats, tgid, &old_block(p));
-            account::record_release(stats, None, p.old_size);
-            account::record_resize_direction(stats, p.func, p.old_size, p.size);
-        } else {
-            account::record_unmatched(stats);
-        }
-        verified_once::record_alloc(t, stats, p.func, p.stack, ret, p.size);
-    } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
-        if known {
-            crate::unwind::charge_release(stats, tgid, &old_block(p));
-            account::record_release(stats, None, p.old_size);
-        } else {
-            account::record_unmatched(stats);
-        }
-    } else {
-        account::count_failure(stats, p.func);
-        if known {
-            account::restore_live(t, stats, p.ptr, &old_block(p));
-        }
-    }
 }
 
 /// The entry of every probed function; the cookie's layout says how to read it:

@@ -12,7 +12,7 @@
 //! linkage in the object's BTF; each wrapper below is the one way the programs call
 //! its function.
 
-use memtrack_common::{Pending, PidStats, ThreadState};
+use memtrack_common::{LiveBlock, Pending, PidStats, ThreadState, pending_flags};
 
 use crate::account::{self, Thread, current};
 
@@ -110,7 +110,7 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
     memtrack_take_old_block(t.state, ptr);
 }
 
-/// `crate::uprobes::realloc_return` of the ended call `p`, which returned `ret`.
+/// [`realloc_return_body`] of the ended call `p`, which returned `ret`.
 /// Returns 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
@@ -126,7 +126,7 @@ pub extern "C" fn memtrack_realloc_return(
     // SAFETY: p is not NULL and points to a whole Pending (the verifier checked its
     // size at the call).
     let p = unsafe { *p };
-    crate::uprobes::realloc_return(&thread(state), stats, &p, ret);
+    realloc_return_body(&thread(state), stats, &p, ret);
     0
 }
 
@@ -134,4 +134,53 @@ pub extern "C" fn memtrack_realloc_return(
 #[inline(always)]
 pub fn realloc_return(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
     memtrack_realloc_return(t.state, stats, p, ret);
+}
+
+/// The return of the realloc-family call `p`, which returned `ret`: realloc(NULL, n)
+/// allocates; a non-NULL result for a non-NULL pointer is a resize (release + new
+/// block, even at the same address); realloc(p, 0) returning NULL is a free (glibc);
+/// any other NULL result is a failure that leaves the old block alive.
+#[inline(always)]
+fn realloc_return_body(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) {
+    let tgid = t.tgid();
+    let known = p.flags & pending_flags::OLD_KNOWN != 0;
+    if p.ptr == 0 {
+        if ret == 0 {
+            account::count_failure(stats, p.func);
+        } else {
+            record_alloc(t, stats, p.func, p.stack, ret, p.size);
+        }
+    } else if ret != 0 {
+        if known {
+            crate::unwind::charge_release(stats, tgid, &old_block(p));
+            account::record_release(stats, None, p.old_size);
+            account::record_resize_direction(stats, p.func, p.old_size, p.size);
+        } else {
+            account::record_unmatched(stats);
+        }
+        record_alloc(t, stats, p.func, p.stack, ret, p.size);
+    } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
+        if known {
+            crate::unwind::charge_release(stats, tgid, &old_block(p));
+            account::record_release(stats, None, p.old_size);
+        } else {
+            account::record_unmatched(stats);
+        }
+    } else {
+        account::count_failure(stats, p.func);
+        if known {
+            account::restore_live(t, stats, p.ptr, &old_block(p));
+        }
+    }
+}
+
+/// The old block of a realloc whose entry took it out of the live map.
+#[inline(always)]
+fn old_block(p: &Pending) -> LiveBlock {
+    LiveBlock {
+        size: p.old_size,
+        stack: p.old_stack,
+        _pad: 0,
+        born_ns: p.old_born_ns,
+    }
 }
