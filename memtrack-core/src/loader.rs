@@ -153,6 +153,40 @@ impl UprobePrograms {
     }
 }
 
+/// The loader hook's program (ld_hook.rs), as [`Engine::load`] hands it out the moment
+/// it is verified, before the other programs are: its link can be made while they
+/// are still being verified.
+pub(crate) struct HookProgram<F: AsFd = OwnedFd> {
+    fd: F,
+    mode: UprobeMode,
+}
+
+impl<F: AsFd> HookProgram<F> {
+    /// Attaches the hook at `file_offset` of `object` (the loader's
+    /// `_dl_debug_state`), scoped to `pid`, with the hook's `cookie`.
+    pub(crate) fn attach(
+        &self,
+        object: &Path,
+        file_offset: u64,
+        cookie: u64,
+        pid: u32,
+    ) -> Result<Detachable> {
+        let program = program_names::LD_HOOK;
+        let fd = self.fd.as_fd();
+        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
+        Ok(match self.mode {
+            UprobeMode::Multi => Box::new(
+                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
+                    .map_err(gone_or)?,
+            ),
+            UprobeMode::Perf => Box::new(
+                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
+                    .map_err(gone_or)?,
+            ),
+        })
+    }
+}
+
 /// Probes attached for one process.
 #[derive(Default)]
 struct ProcessLinks {
@@ -160,6 +194,9 @@ struct ProcessLinks {
     /// it.
     links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
+    /// Probes attached before their object was seen mapped ([`Engine::attach_expected`]):
+    /// they move to `probes` (and are reported) once it is.
+    expected: Vec<ProbeInfo>,
     /// Loader hook sites attached: (object, file offset).
     ld_hooks: Vec<(PathBuf, u64)>,
 }
@@ -270,6 +307,7 @@ impl Engine {
         links: UprobeLinks,
         count_syscalls: bool,
         stacks: Option<u32>,
+        on_hook: &(dyn Fn(HookProgram) + Sync),
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
@@ -302,7 +340,7 @@ impl Engine {
                 }
                 e => e.into(),
             })?;
-        let programs = load_uprobe_programs(&object, links, stacks.is_some())?;
+        let programs = load_uprobe_programs(&object, links, stacks.is_some(), on_hook)?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
@@ -388,28 +426,83 @@ impl Engine {
             return Err(Error::ProcessGone { pid });
         }
         let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
+        let mut confirmed: Vec<ProbeInfo> = Vec::new();
         for target in targets {
-            let already = self.processes.get(&pid).is_some_and(|p| {
+            let process = self.processes.get_mut(&pid);
+            if process.as_ref().is_some_and(|p| {
                 p.probes
                     .iter()
                     .any(|i| i.object == target.object && i.file_offset == target.file_offset)
-            });
-            if !already {
-                planned.push((target, self.site(target)));
+            }) {
+                continue;
             }
+            // Attached already on a guess (attach_expected): now seen mapped.
+            if let Some(process) = process
+                && let Some(i) = process.expected.iter().position(|i| {
+                    i.file_offset == target.file_offset && same_file(&i.object, &target.object)
+                })
+            {
+                let mut info = process.expected.swap_remove(i);
+                info.object = target.object.clone();
+                confirmed.push(info);
+                continue;
+            }
+            planned.push((target, self.site(target)));
         }
         let links = match self.programs.mode {
             UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
             UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
         };
-        let added: Vec<ProbeInfo> = planned
+        let added: Vec<ProbeInfo> = confirmed
             .into_iter()
-            .map(|(target, site)| probe_info(target, site))
+            .chain(
+                planned
+                    .into_iter()
+                    .map(|(target, site)| probe_info(target, site)),
+            )
             .collect();
         let process = self.processes.entry(pid).or_default();
         process.links.extend(links);
         process.probes.extend(added.iter().cloned());
         Ok(added)
+    }
+
+    /// Attaches probes for `targets`, scoped to `pid`, before the process maps their
+    /// objects (`memtrack_targets::expected_targets`: the guess that a process at its
+    /// exec stop will load the C library memtrack runs with). They are not reported
+    /// until [`attach_targets`](Self::attach_targets) finds them mapped; one never
+    /// mapped never fires. Returns how many were attached.
+    pub(crate) fn attach_expected(&mut self, pid: u32, targets: &[ProbeTarget]) -> Result<usize> {
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
+        let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
+        for target in targets {
+            let known = self.processes.get(&pid).is_some_and(|p| {
+                p.probes.iter().chain(&p.expected).any(|i| {
+                    i.file_offset == target.file_offset && same_file(&i.object, &target.object)
+                })
+            });
+            if !known {
+                planned.push((target, self.site(target)));
+            }
+        }
+        if planned.is_empty() {
+            return Ok(0);
+        }
+        let links = match self.programs.mode {
+            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
+            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
+        };
+        let count = planned.len();
+        let process = self.processes.entry(pid).or_default();
+        process.links.extend(links);
+        process.expected.extend(
+            planned
+                .into_iter()
+                .map(|(target, site)| probe_info(target, site)),
+        );
+        Ok(count)
     }
 
     /// Attaches the loader hook (ld_hook.rs) at `file_offset` of `object`, scoped to
@@ -434,25 +527,30 @@ impl Engine {
         {
             return Ok(false);
         }
-        let program = program_names::LD_HOOK;
-        let fd = self.programs.get(program)?;
-        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
-        let link: Detachable = match self.programs.mode {
-            UprobeMode::Multi => Box::new(
-                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
-                    .map_err(gone_or)?,
-            ),
-            UprobeMode::Perf => Box::new(
-                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
-                    .map_err(gone_or)?,
-            ),
+        let program = HookProgram {
+            fd: self.programs.get(program_names::LD_HOOK)?,
+            mode: self.programs.mode,
         };
+        let link = program.attach(object, file_offset, cookie, pid)?;
+        self.adopt_ld_hook(pid, object, file_offset, link);
+        Ok(true)
+    }
+
+    /// Records a loader hook attached with [`HookProgram::attach`] before this engine
+    /// was handed over (follow.rs: the hook's registration overlaps the other programs'
+    /// verification); it is closed with the process's other links.
+    pub(crate) fn adopt_ld_hook(
+        &mut self,
+        pid: u32,
+        object: &Path,
+        file_offset: u64,
+        link: Detachable,
+    ) {
         // Misses are counted into an existing entry (BPF_NOEXIST: keep one the hook made).
         let _ = self.ld_hook_misses.insert(pid, 0, 1);
         let process = self.processes.entry(pid).or_default();
         process.links.push(link);
-        process.ld_hooks.push(site);
-        Ok(true)
+        process.ld_hooks.push((object.to_path_buf(), file_offset));
     }
 
     /// The signal the loader hook sent thread `tid` to stop it, if it did and the
@@ -739,6 +837,7 @@ fn load_uprobe_programs(
     object: &Object,
     links: UprobeLinks,
     stacks: bool,
+    on_hook: &(dyn Fn(HookProgram) + Sync),
 ) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
@@ -758,12 +857,52 @@ fn load_uprobe_programs(
         UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
         UprobeMode::Perf => None,
     };
+    // Each program is verified on its own thread: the verifier's time is most of the
+    // loading, and the programs do not depend on each other (with stacks, the unwind
+    // program's 271k verified instructions then no longer wait for the entry
+    // program's).
+    let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = names
+            .into_iter()
+            .map(|name| {
+                let thread = std::thread::Builder::new()
+                    .name("memtrack-verify".into())
+                    .spawn_scoped(scope, move || {
+                        let fd = object.load_program(
+                            name,
+                            bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+                            attach_type,
+                        )?;
+                        if name == program_names::LD_HOOK {
+                            on_hook(HookProgram {
+                                fd: fd.try_clone()?,
+                                mode,
+                            });
+                        }
+                        Ok(fd)
+                    });
+                (name, thread)
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|(name, thread)| {
+                let result = match thread {
+                    Ok(thread) => thread.join().unwrap_or_else(|_| {
+                        Err(std::io::Error::other("its loading thread panicked"))
+                    }),
+                    // No thread: load it here.
+                    Err(_) => {
+                        object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
+                    }
+                };
+                (name, result)
+            })
+            .collect()
+    });
     let mut fds = std::collections::HashMap::new();
-    for name in names {
-        let fd = object
-            .load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
-            .map_err(program_err(name))?;
-        fds.insert(name, fd);
+    for (name, fd) in loaded {
+        fds.insert(name, fd.map_err(program_err(name))?);
     }
     let programs = UprobePrograms { mode, fds };
     if stacks {
@@ -875,6 +1014,16 @@ fn attach_perf(
 }
 
 /// What the results record of one probed function.
+/// Whether two paths name one file: the same path, or the same device and inode (a
+/// library reached by two paths, e.g. through a bind mount, has one set of uprobes:
+/// probing it twice would count every call twice).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a == b
+        || matches!((std::fs::metadata(a), std::fs::metadata(b)),
+            (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
+}
+
 fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
     let return_probe = target.function.has_return_probe();
     ProbeInfo {
@@ -967,6 +1116,7 @@ mod tests {
             super::UprobeLinks::default(),
             false,
             None,
+            &|_| {},
         );
         let Err(err) = loaded else {
             panic!("the kernel made a live map of {blocks} blocks");
@@ -1007,6 +1157,7 @@ mod tests {
                     links,
                     false,
                     stacks,
+                    &|_| {},
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
                 let slot = crate::unwind_chain::installed_id(&engine.object)

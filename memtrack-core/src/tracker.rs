@@ -10,8 +10,8 @@ use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, TrackState};
 
 use crate::{
     error::{Error, Result},
-    follow::Root,
-    loader::{Engine, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
+    follow::{Follower, Root},
+    loader::{Engine, HookProgram, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
     output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
@@ -114,20 +114,30 @@ impl TrackerBuilder {
         self
     }
 
-    /// Loads the eBPF programs with these settings.
-    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+    /// The settings' range checks, and whether this process and kernel can track at
+    /// all: what fails before anything is started.
+    fn check(&self) -> Result<()> {
         if !(1..=MAX_LIVE_BLOCKS).contains(&self.max_live_blocks) {
             return Err(Error::MaxLiveBlocks {
                 requested: self.max_live_blocks,
                 max: MAX_LIVE_BLOCKS,
             });
         }
+        crate::privileges::check()?;
+        crate::privileges::check_kernel()
+    }
+
+    /// Loads the eBPF programs with these settings; `on_hook` gets the loader hook's
+    /// program as soon as it is verified (see [`Follower::begin`]).
+    fn shared(&self, enabled: bool, on_hook: &(dyn Fn(HookProgram) + Sync)) -> Result<Arc<Shared>> {
+        self.check()?;
         let engine = Engine::load(
             self.max_live_blocks,
             self.placement,
             self.links,
             self.count_syscalls,
             self.stacks,
+            on_hook,
         )?;
         Ok(Arc::new(Shared::new(engine, self.count_syscalls, enabled)))
     }
@@ -136,7 +146,7 @@ impl TrackerBuilder {
     /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
     /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
     pub fn build(self, scope: Scope) -> Result<Tracker> {
-        Tracker::attach_self(self.shared(false)?, scope)
+        Tracker::attach_self(self.shared(false, &|_| {})?, scope)
     }
 
     /// Starts `command` held stopped before its exec, probes it, and lets it run; every
@@ -144,9 +154,16 @@ impl TrackerBuilder {
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled)?;
+        self.check()?;
+        let _ = std::thread::Builder::new()
+            .name("memtrack-libc".into())
+            .spawn(memtrack_targets::prefetch_expected_targets);
+        // The command's fork and exec overlap the loading (the kernel holds it at its
+        // exec stop until the probes are in place); a failed load kills it there.
+        let starting = Follower::begin(Root::Spawn(command.into()))?;
+        let shared = self.shared(self.start_enabled, &starting.hook_handoff())?;
         crate::hold::load_gate();
-        ProcessTracker::follow(shared, Root::Spawn(command.into()))
+        ProcessTracker::follow(shared, starting)
     }
 
     /// Tracks a running process and every process it starts from now on. Calls made
@@ -163,8 +180,8 @@ impl TrackerBuilder {
             ));
         }
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled)?;
-        ProcessTracker::follow(shared, Root::Attach(pid))
+        let shared = self.shared(self.start_enabled, &|_| {})?;
+        ProcessTracker::follow(shared, Follower::begin(Root::Attach(pid))?)
     }
 }
 
