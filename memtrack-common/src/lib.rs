@@ -411,7 +411,7 @@ impl Default for PidStats {
     }
 }
 
-/// Key of the `LIVE` map: one live block of one process.
+/// Key of the `LIVE` and `LIVE_ON_DEMAND` maps: one live block of one process.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LiveKey {
@@ -423,7 +423,7 @@ pub struct LiveKey {
     pub addr: u64,
 }
 
-/// Value of the `LIVE` map: one live block. The stack id lives beside the size, so a
+/// Value of the `LIVE` and `LIVE_ON_DEMAND` maps: one live block. The stack id lives beside the size, so a
 /// release finds both in the one lookup it makes anyway (a second map keyed by the block
 /// cost every free a second lookup and delete with stacks on).
 ///
