@@ -117,9 +117,7 @@ const SYSCALL_PROGRAM: (&str, &str) = (program_names::SYS_EXIT, program_names::S
 
 /// The uprobe programs: the loader hook (ld_hook.rs), the one entry program every
 /// probed function shares (it reads the arguments by the cookie's argument kind), and
-/// the one return program every allocating function shares. Their loading threads start
-/// in this order: the hook's program, verified in well under a millisecond, is handed
-/// to the follower first (`HookProgram`), even when the others take both CPUs.
+/// the one return program every allocating function shares.
 const UPROBE_PROGRAMS: [&str; 3] = [
     program_names::LD_HOOK,
     program_names::ENTRY,
@@ -971,44 +969,43 @@ fn load_uprobe_programs(
     // loading, and the programs do not depend on each other (with stacks, the unwind
     // program's 271k verified instructions then no longer wait for the entry
     // program's).
+    let load = |name: &'static str| -> std::io::Result<OwnedFd> {
+        let fd = object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)?;
+        if name == program_names::LD_HOOK {
+            on_hook(HookProgram {
+                fd: fd.try_clone()?,
+                mode,
+            });
+        }
+        Ok(fd)
+    };
     let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = std::thread::scope(|scope| {
-        let threads: Vec<_> = names
+        // The loader hook's program is verified here, after the others' threads are
+        // started: on two CPUs a thread spawned after two busy ones waited for one.
+        let (here, elsewhere): (Vec<_>, Vec<_>) = names
+            .into_iter()
+            .partition(|&n| n == program_names::LD_HOOK);
+        let threads: Vec<_> = elsewhere
             .into_iter()
             .map(|name| {
                 let thread = std::thread::Builder::new()
                     .name("memtrack-verify".into())
-                    .spawn_scoped(scope, move || {
-                        let fd = object.load_program(
-                            name,
-                            bpf_prog_type::BPF_PROG_TYPE_KPROBE,
-                            attach_type,
-                        )?;
-                        if name == program_names::LD_HOOK {
-                            on_hook(HookProgram {
-                                fd: fd.try_clone()?,
-                                mode,
-                            });
-                        }
-                        Ok(fd)
-                    });
+                    .spawn_scoped(scope, move || load(name));
                 (name, thread)
             })
             .collect();
-        threads
-            .into_iter()
-            .map(|(name, thread)| {
-                let result = match thread {
-                    Ok(thread) => thread.join().unwrap_or_else(|_| {
-                        Err(std::io::Error::other("its loading thread panicked"))
-                    }),
-                    // No thread: load it here.
-                    Err(_) => {
-                        object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
-                    }
-                };
-                (name, result)
-            })
-            .collect()
+        let mut loaded: Vec<_> = here.into_iter().map(|name| (name, load(name))).collect();
+        loaded.extend(threads.into_iter().map(|(name, thread)| {
+            let result = match thread {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("its loading thread panicked"))),
+                // No thread: load it here.
+                Err(_) => load(name),
+            };
+            (name, result)
+        }));
+        loaded
     });
     let mut fds = std::collections::HashMap::new();
     for (name, fd) in loaded {
