@@ -234,7 +234,10 @@ impl Launched {
         };
         if let Root::Spawn(spec) = root {
             match launched.spawn(spec) {
-                Ok(pid) => launched.spawned = Some(pid),
+                Ok(pid) => {
+                    launched.spawned = Some(pid);
+                    ld_hook::start_registering(pid);
+                }
                 Err(e) => {
                     launched.abandon();
                     return Err(e);

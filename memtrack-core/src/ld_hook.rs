@@ -67,6 +67,24 @@ pub(crate) fn prefetch() {
     }
 }
 
+/// Starts the kernel's wait for the first uprobe registration of a run (see
+/// `uprobe_multi::register_early`) the moment the spawned command `pid` is at its exec
+/// stop, long before the tracker's programs are verified: a probe that does nothing, on
+/// the loader's `_dl_debug_state` (where the hook will go), scoped to `pid`, then closed
+/// with the other links. Nothing when the kernel has no uprobe_multi links (perf-event
+/// links register otherwise) or the process has no loader.
+pub(crate) fn start_registering(pid: u32) {
+    if crate::uprobe_multi::forced_off() || !crate::uprobe_multi::supported() {
+        return;
+    }
+    let Ok(Some(site)) = memtrack_targets::debug_state_site(pid) else {
+        return;
+    };
+    if let Ok(link) = crate::uprobe_multi::register_early(&site.object, site.file_offset, pid) {
+        crate::detach::close_later(vec![Box::new(link)]);
+    }
+}
+
 /// A loader hook attached before the engine was handed to the follower ([`early`]).
 pub(crate) struct EarlyHook {
     pid: u32,
