@@ -217,7 +217,7 @@ const HELD: u64 = 20_000;
 /// Benchmark 7: the cost per call of blocks whose live-block entries are allocated on
 /// demand (`TrackerBuilder::preallocated_live_blocks`). The pair loop and the batched
 /// loop run with 20,000 blocks held live throughout, tracked twice: with the default
-/// 65,536 preallocated entries (every block preallocated) and with 1,024 (the held
+/// 524,288 preallocated entries (every block preallocated) and with 1,024 (the held
 /// blocks and the loop's blocks in the on-demand map). Each row's tracked figure is one
 /// setup's; the untracked runs are shared.
 pub fn live_on_demand(session: &mut Session) -> BenchResult<Vec<OpRow>> {
@@ -262,7 +262,7 @@ pub fn live_on_demand(session: &mut Session) -> BenchResult<Vec<OpRow>> {
         ),
     ];
     let setups = [
-        (None, "preallocated (65,536)"),
+        (None, "preallocated (524,288)"),
         (Some(1024), "on demand (1,024 preallocated)"),
     ];
     let mut rows = Vec::new();

@@ -101,7 +101,7 @@ enum Command {
         )]
         max_live_blocks: Option<u32>,
         /// How many of the --max-live-blocks have preallocated kernel entries: 1 to
-        /// 134217728 (default 65536; more than --max-live-blocks means all). Reserved
+        /// 134217728 (default 524288; more than --max-live-blocks means all). Reserved
         /// when memtrack starts (about 104 bytes per block, start-up time), and the
         /// cheapest per allocator call; blocks live beyond them cost more per call.
         #[arg(

@@ -50,7 +50,7 @@ pub struct RunOptions {
     /// [`memtrack::MAX_LIVE_BLOCKS`]). More live blocks than this across the tracked
     /// processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
-    /// How many of them have preallocated entries (None: the default, 65,536; see
+    /// How many of them have preallocated entries (None: the default, 524,288; see
     /// [`TrackerBuilder::preallocated_live_blocks`](memtrack::TrackerBuilder::preallocated_live_blocks)).
     pub preallocated_live_blocks: Option<u32>,
     /// When the results directory holds the results of an earlier run: remove them

@@ -578,7 +578,7 @@ pub mod global {
 pub const DEFAULT_MAX_LIVE_BLOCKS: u32 = 1 << 20;
 /// Default number of live blocks whose entries are preallocated (the `LIVE` map); the
 /// rest of the capacity is `LIVE_ON_DEMAND`'s.
-pub const DEFAULT_PREALLOCATED_LIVE_BLOCKS: u32 = 1 << 16;
+pub const DEFAULT_PREALLOCATED_LIVE_BLOCKS: u32 = 1 << 19;
 /// Name of the eBPF object's read-only global (`u32`) that says whether `LIVE_ON_DEMAND`
 /// has any capacity (1) or not (0: all capacity is preallocated, and the programs never
 /// touch it), set by the loader before the programs are verified.

@@ -769,8 +769,8 @@ impl Engine {
     }
 
     /// Whether the live-block maps may hold entries of `pid`, so that forgetting them
-    /// needs a walk of the whole maps (every bucket: `LIVE`'s 65,536 by default, and
-    /// `LIVE_ON_DEMAND`'s million when it holds entries, 5-11 ms here even when empty; a
+    /// needs a walk of the whole maps (every bucket: `LIVE`'s 524,288 by default, and
+    /// `LIVE_ON_DEMAND`'s when it holds entries, 5-11 ms here for a million even when empty; a
     /// short process is forgotten at its start and at its end). No when its counters
     /// say no block is live, none was released (a release leaves its entry behind for
     /// a while, `LiveBlock::RELEASED`) and nothing was lost, and no call can add one

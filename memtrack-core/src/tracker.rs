@@ -73,11 +73,11 @@ impl TrackerBuilder {
     }
 
     /// How many of the [`max_live_blocks`](Self::max_live_blocks) have their kernel
-    /// entries preallocated, in blocks (default 65,536; at least 1; more than
+    /// entries preallocated, in blocks (default 524,288; at least 1; more than
     /// `max_live_blocks` counts as all of them). Preallocated entries are reserved and
     /// zeroed when the tracker loads, 104 bytes per block (about 23 ns of start-up per
-    /// block here, 1.5 ms for the default, against 12 ns per block for the hash buckets
-    /// of the others), and are the cheapest per allocator call; the blocks live beyond
+    /// block here, 12 ms for the default, against 12 ns per block for the hash buckets
+    /// of the others, made at the same time on another thread), and are the cheapest per allocator call; the blocks live beyond
     /// them get entries the kernel allocates on demand, which cost more per allocation
     /// and release of such a block (BENCHMARKS.md), and no memory until used. 0 makes
     /// building the tracker fail with [`Error::PreallocatedLiveBlocks`].
