@@ -115,13 +115,13 @@ impl LiveSplit {
 /// raw tracepoint it runs on.
 const SYSCALL_PROGRAM: (&str, &str) = (program_names::SYS_EXIT, program_names::SYS_EXIT_TRACEPOINT);
 
-/// The uprobe programs: the loader hook (ld_hook.rs), the one entry program every
-/// probed function shares (it reads the arguments by the cookie's argument kind), and
-/// the one return program every allocating function shares.
+/// The uprobe programs: the one entry program every probed function shares (it reads
+/// the arguments by the cookie's argument kind), the one return program every
+/// allocating function shares, and the loader hook (ld_hook.rs).
 const UPROBE_PROGRAMS: [&str; 3] = [
-    program_names::LD_HOOK,
     program_names::ENTRY,
     program_names::RETURN,
+    program_names::LD_HOOK,
 ];
 
 /// The program the entry program tail-calls to walk a stack past its first batch

@@ -9,32 +9,18 @@
 use std::{io::Read, os::fd::AsRawFd};
 
 use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Stats, Tracker, UprobeLinks};
-use memtrack_test_support::{diff, expected, fixture, require_privileges};
+use memtrack_test_support::{check_single_fixture, diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
 fn check_single(name: &str, placement: ProbePlacement, links: UprobeLinks) {
     if !require_privileges(name) {
         return;
     }
-    let tracker = Tracker::builder()
-        .probe_placement(placement)
-        .uprobe_links(links)
-        .spawn(CommandSpec::new(fixture(name)))
-        .unwrap();
-    let status = tracker.wait().unwrap();
-    let spec = &expected()["fixtures"][name];
-    assert_eq!(
-        status.code,
-        spec["exit_code"].as_i64().map(|c| c as i32),
-        "{name} exit status"
-    );
-    let processes = tracker.collect_processes().unwrap();
-    assert_eq!(processes.len(), 1, "{name}: {processes:#?}");
-    let differences = diff(&processes[0].stats, &spec["processes"]["main"]);
-    assert!(
-        differences.is_empty(),
-        "{name}: {differences:#?}\n{:#?}",
-        processes[0].stats
+    check_single_fixture(
+        Tracker::builder()
+            .probe_placement(placement)
+            .uprobe_links(links),
+        name,
     );
 }
 

@@ -4,7 +4,7 @@
 //! blocks in either map, and the capacity stays exactly `max_live_blocks`.
 
 use memtrack::{CommandSpec, Scope, Stats, Tracker, testing::test_tracker};
-use memtrack_test_support::{diff, expected, fixture, require_privileges};
+use memtrack_test_support::{check_single_fixture, diff, expected, fixture, require_privileges};
 
 /// Blocks held live at once by the in-process tests, against 1,024 preallocated.
 const LIVE: usize = 5000;
@@ -210,25 +210,7 @@ fn every_fixture_is_exact_with_one_preallocated_block() {
         "thread_exit",
         "threads",
     ] {
-        let tracker = Tracker::builder()
-            .preallocated_live_blocks(1)
-            .spawn(CommandSpec::new(fixture(name)))
-            .unwrap();
-        let status = tracker.wait().unwrap();
-        let spec = &expected()["fixtures"][name];
-        assert_eq!(
-            status.code,
-            spec["exit_code"].as_i64().map(|c| c as i32),
-            "{name} exit status"
-        );
-        let processes = tracker.collect_processes().unwrap();
-        assert_eq!(processes.len(), 1, "{name}: {processes:#?}");
-        let differences = diff(&processes[0].stats, &spec["processes"]["main"]);
-        assert!(
-            differences.is_empty(),
-            "{name}: {differences:#?}\n{:#?}",
-            processes[0].stats
-        );
+        check_single_fixture(Tracker::builder().preallocated_live_blocks(1), name);
     }
 }
 
