@@ -3,8 +3,8 @@
 //! counted exactly all the same, through releases, reallocs and failed reallocs of
 //! blocks in either map, and the capacity stays exactly `max_live_blocks`.
 
-use memtrack::{CommandSpec, Scope, Stats, Tracker, testing::test_tracker};
-use memtrack_test_support::{check_single_fixture, diff, expected, fixture, require_privileges};
+use memtrack::{Scope, Stats, Tracker, testing::test_tracker};
+use memtrack_test_support::{check_single_fixture, require_privileges};
 
 /// Blocks held live at once by the in-process tests, against 1,024 preallocated.
 const LIVE: usize = 5000;
