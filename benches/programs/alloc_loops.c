@@ -1,7 +1,11 @@
 /*
  * Single-threaded allocator loops, one per allocation function memtrack probes.
  *
- *   alloc_loops MODE [OPS]     (OPS defaults to 1,000,000; 0 runs no loop: the baseline)
+ *   alloc_loops MODE [OPS] [HOLD]   (OPS defaults to 1,000,000; 0 runs no loop: the
+ *                                   baseline; HOLD, default 0: blocks of 32 bytes
+ *                                   allocated before the timed loop and freed after it,
+ *                                   live throughout, so that the loop's blocks find the
+ *                                   tracker's preallocated live-block entries taken)
  *
  * MODE and what one operation is (n = 64 + i % 100, so several tcache bins are used):
  *   malloc_free    p = malloc(n); free(p);
@@ -118,11 +122,21 @@ int main(int argc, char **argv)
         return 2;
     }
     long ops = bench_count_arg(argc, argv, 2, 1000000);
+    long hold = bench_count_arg(argc, argv, 3, 0);
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
         if (strcmp(argv[1], modes[m].name) == 0) {
+            void **held = hold > 0 ? calloc((size_t)hold, sizeof *held) : NULL;
+            bench_check(hold == 0 || held != NULL, "calloc");
+            for (long i = 0; i < hold; i++) {
+                held[i] = malloc(32);
+                bench_check(held[i] != NULL, "malloc");
+            }
             struct bench_mark start = bench_mark();
             modes[m].loop(ops);
             bench_report(entered, start, ops);
+            for (long i = 0; i < hold; i++)
+                free(held[i]);
+            free(held);
             return 0;
         }
     }

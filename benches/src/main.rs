@@ -52,6 +52,8 @@ enum Section {
     Threads,
     /// 6. In-kernel call stacks: depths 8, 32, 64 against stacks off.
     Stacks,
+    /// 7. Live blocks in preallocated entries against entries allocated on demand.
+    Live,
 }
 
 /// memtrack's own benchmarks. Prints the results as Markdown on stdout, progress on
@@ -177,6 +179,10 @@ fn run(cli: &Cli) -> BenchResult<Report> {
     if cli.wants(Section::Functions) {
         eprintln!("2. calloc, realloc, posix_memalign, C++ new/delete");
         operations.extend(probe_cost::functions(&mut session)?);
+    }
+    if cli.wants(Section::Live) {
+        eprintln!("7. live blocks in preallocated and in on-demand entries");
+        operations.extend(probe_cost::live_on_demand(&mut session)?);
     }
     let threads = if cli.wants(Section::Threads) {
         eprintln!("3. threads");

@@ -210,3 +210,85 @@ pub fn functions(session: &mut Session) -> BenchResult<Vec<OpRow>> {
     }
     Ok(rows)
 }
+
+/// Blocks held live through the loops of [`live_on_demand`].
+const HELD: u64 = 20_000;
+
+/// Benchmark 7: the cost per call of blocks whose live-block entries are allocated on
+/// demand (`TrackerBuilder::preallocated_live_blocks`). The pair loop and the batched
+/// loop run with 20,000 blocks held live throughout, tracked twice: with the default
+/// 524,288 preallocated entries (every block preallocated) and with 1,024 (the held
+/// blocks and the loop's blocks in the on-demand map). Each row's tracked figure is one
+/// setup's; the untracked runs are shared.
+pub fn live_on_demand(session: &mut Session) -> BenchResult<Vec<OpRow>> {
+    let held = |mut counts: Counts| {
+        // HOLD blocks of 32 bytes, and the calloc'd array of their pointers.
+        counts.alloc_calls += HELD + 1;
+        counts.free_calls += HELD + 1;
+        counts.bytes_allocated += HELD * 32 + HELD * 8;
+        counts
+    };
+    let with_hold = |mut w: Workload| {
+        w.args.push(HELD.to_string());
+        w
+    };
+    let n = session.settings.pairs;
+    let m = session.settings.split_ops.max(100_000);
+    let workloads = [
+        (
+            with_hold(alloc_loop(
+                session,
+                "malloc+free, blocks held",
+                "malloc_free",
+                n,
+                held(pairs(n)),
+            )),
+            n,
+            vec![("malloc+free pair", "ns_per_op")],
+        ),
+        (
+            with_hold(alloc_loop(
+                session,
+                "malloc, free batched, blocks held",
+                "malloc_split",
+                m,
+                held(pairs(m)),
+            )),
+            m,
+            vec![
+                ("malloc alone (batches of 1000)", "ns_per_malloc"),
+                ("free alone (batches of 1000)", "ns_per_free"),
+            ],
+        ),
+    ];
+    let setups = [
+        (None, "preallocated (524,288)"),
+        (Some(1024), "on demand (1,024 preallocated)"),
+    ];
+    let mut rows = Vec::new();
+    for (workload, ops, fields) in &workloads {
+        let mut by_setup: Vec<Vec<OpRow>> = Vec::new();
+        for (round, (blocks, _)) in setups.iter().enumerate() {
+            session.preallocated_live_blocks = *blocks;
+            let mut measured = measure(session, workload, *ops, fields, false);
+            session.preallocated_live_blocks = None;
+            if round > 0 {
+                // One set of untracked runs is enough.
+                if let Ok(rows) = &mut measured {
+                    for (row, first) in rows.iter_mut().zip(&by_setup[0]) {
+                        row.untracked = first.untracked.clone();
+                    }
+                }
+            }
+            by_setup.push(measured?);
+        }
+        for (i, (name, _)) in fields.iter().enumerate() {
+            for (setup, (_, label)) in by_setup.iter().zip(&setups) {
+                let mut row = setup[i].clone();
+                row.name = format!("{name}, 20,000 blocks held, {label}");
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}

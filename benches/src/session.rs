@@ -63,6 +63,9 @@ pub struct Session {
     /// The probe sites of every function a tracked workload called, per placement
     /// (first seen; the same site in every run).
     pub probe_sites: Vec<(ProbePlacement, ProbeInfo)>,
+    /// `TrackerBuilder::preallocated_live_blocks` of the tracked runs (None: the
+    /// default).
+    pub preallocated_live_blocks: Option<u32>,
 }
 
 impl Session {
@@ -76,6 +79,7 @@ impl Session {
             spawn_phases: Vec::new(),
             tracker_timings: Vec::new(),
             probe_sites: Vec::new(),
+            preallocated_live_blocks: None,
         }
     }
 
@@ -94,14 +98,18 @@ impl Session {
         counting: bool,
         stacks: Option<u32>,
     ) -> BenchResult<workload::TrackedRun> {
+        let setup = workload::TrackerSetup {
+            placement,
+            counting,
+            stacks,
+            preallocated_live_blocks: self.preallocated_live_blocks,
+        };
         let run = workload::run_tracked(
             &workload.program,
             args,
-            placement,
+            setup,
             &self.programs.stdout_file(),
             self.settings.close_spawned,
-            counting,
-            stacks,
         )?;
         self.spawn_phases.push(run.phases);
         Ok(run)

@@ -180,29 +180,42 @@ fn since(start_ns: u64, end_ns: f64) -> Duration {
     Duration::from_nanos((end_ns as u64).saturating_sub(start_ns))
 }
 
-/// Runs `program args` under a tracker with `placement`, counting from its first
-/// instruction (or, without `counting`, with the probes attached but counting off
-/// throughout); its stdout goes to the file `stdout_path` (overwritten). With `close`
-/// the tracker ends with `ProcessTracker::close()`, else with a plain drop. With
-/// `stacks`, the tracker walks every allocation's stack up to that many frames.
+/// How a tracked run's tracker is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct TrackerSetup {
+    /// Where the entry probes go.
+    pub placement: ProbePlacement,
+    /// Counting from the command's first instruction (else probes attached, counting
+    /// off throughout).
+    pub counting: bool,
+    /// Walk every allocation's stack up to this many frames.
+    pub stacks: Option<u32>,
+    /// `TrackerBuilder::preallocated_live_blocks` (None: the default).
+    pub preallocated_live_blocks: Option<u32>,
+}
+
+/// Runs `program args` under a tracker set up as `setup`; its stdout goes to the file
+/// `stdout_path` (overwritten). With `close` the tracker ends with
+/// `ProcessTracker::close()`, else with a plain drop.
 pub fn run_tracked(
     program: &Path,
     args: &[String],
-    placement: ProbePlacement,
+    setup: TrackerSetup,
     stdout_path: &Path,
     close: bool,
-    counting: bool,
-    stacks: Option<u32>,
 ) -> BenchResult<TrackedRun> {
     let stdout = std::fs::File::create(stdout_path)
         .map_err(|e| format!("cannot create {}: {e}", stdout_path.display()))?;
     let before_spawn_ns = memtrack::monotonic_ns();
     let before_spawn = Instant::now();
     let mut builder = Tracker::builder()
-        .probe_placement(placement)
-        .start_enabled(counting);
-    if let Some(depth) = stacks {
+        .probe_placement(setup.placement)
+        .start_enabled(setup.counting);
+    if let Some(depth) = setup.stacks {
         builder = builder.stacks(depth);
+    }
+    if let Some(blocks) = setup.preallocated_live_blocks {
+        builder = builder.preallocated_live_blocks(blocks);
     }
     let tracker = builder
         .spawn(

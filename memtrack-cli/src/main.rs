@@ -89,15 +89,27 @@ enum Command {
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
-        /// Live blocks the kernel map holds across all tracked processes: 1 to 134217728
-        /// (default 1048576); beyond it, blocks are counted as lost events. The kernel
-        /// reserves about 88 bytes per block when memtrack starts (11 GiB for the most).
+        /// Live blocks the kernel maps hold across all tracked processes: 1 to 134217728
+        /// (default 1048576); beyond it, blocks are counted as lost events. The first
+        /// --preallocated-live-blocks are reserved when memtrack starts; the others'
+        /// entries are allocated as blocks go live (about 96 bytes each), and 16 bytes
+        /// per block are reserved for their hash buckets.
         #[arg(
             long,
             value_name = "BLOCKS",
             value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::MAX_LIVE_BLOCKS))
         )]
         max_live_blocks: Option<u32>,
+        /// How many of the --max-live-blocks have preallocated kernel entries: 1 to
+        /// 134217728 (default 524288; more than --max-live-blocks means all). Reserved
+        /// when memtrack starts (about 104 bytes per block, start-up time), and the
+        /// cheapest per allocator call; blocks live beyond them cost more per call.
+        #[arg(
+            long,
+            value_name = "BLOCKS",
+            value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::MAX_LIVE_BLOCKS))
+        )]
+        preallocated_live_blocks: Option<u32>,
         /// Do not count mmap/munmap/brk. Counting them adds a probe to every system
         /// call on the machine while the command runs (about 27 ns each here).
         #[arg(long)]
@@ -226,6 +238,7 @@ fn main() -> ExitCode {
             json,
             probes,
             max_live_blocks,
+            preallocated_live_blocks,
             no_syscalls,
             stacks,
             checks,
@@ -237,6 +250,7 @@ fn main() -> ExitCode {
                 // user's.
                 run_as: memtrack::sudo_invoker(),
                 max_live_blocks,
+                preallocated_live_blocks,
                 no_syscalls,
                 replace,
                 stacks,

@@ -46,10 +46,13 @@ pub struct RunOptions {
     /// Run the command as this (uid, gid), e.g. the invoking user of sudo; the result
     /// files, and a results directory memtrack creates, are handed to them.
     pub run_as: Option<(u32, u32)>,
-    /// Capacity of the kernel's live-block map (None: the default, 1,048,576 blocks; 1 to
+    /// Capacity of the kernel's live-block maps (None: the default, 1,048,576 blocks; 1 to
     /// [`memtrack::MAX_LIVE_BLOCKS`]). More live blocks than this across the tracked
     /// processes show as `lost_events`.
     pub max_live_blocks: Option<u32>,
+    /// How many of them have preallocated entries (None: the default, 524,288; see
+    /// [`TrackerBuilder::preallocated_live_blocks`](memtrack::TrackerBuilder::preallocated_live_blocks)).
+    pub preallocated_live_blocks: Option<u32>,
     /// When the results directory holds the results of an earlier run: remove them
     /// before the command starts (true), or refuse it (false: [`Error::EarlierResults`]).
     pub replace: bool,
@@ -415,6 +418,9 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
     let mut builder = Tracker::builder().count_syscalls(!options.no_syscalls);
     if let Some(blocks) = options.max_live_blocks {
         builder = builder.max_live_blocks(blocks);
+    }
+    if let Some(blocks) = options.preallocated_live_blocks {
+        builder = builder.preallocated_live_blocks(blocks);
     }
     if let Some(depth) = options.stacks {
         builder = builder.stacks(depth);

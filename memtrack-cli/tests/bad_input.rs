@@ -312,6 +312,41 @@ fn a_live_block_capacity_out_of_range_is_refused_with_the_range() {
     );
 }
 
+/// The preallocated part of the capacity has the same range, and the library refuses 0
+/// too.
+#[test]
+fn a_preallocated_live_block_count_out_of_range_is_refused_with_the_range() {
+    for blocks in ["0", "134217729", "4294967295"] {
+        let out = memtrack()
+            .args(["run", "--preallocated-live-blocks", blocks, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(MEMTRACK_FAILED)),
+            "{blocks}"
+        );
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '{blocks}' for '--preallocated-live-blocks <BLOCKS>': {blocks} is \
+                 not in 1..=134217728"
+            )),
+            "{stderr}"
+        );
+    }
+    let err = memtrack::Tracker::builder()
+        .preallocated_live_blocks(0)
+        .build(memtrack::Scope::Process)
+        .err()
+        .expect("0 preallocated blocks must be refused");
+    assert!(
+        err.to_string()
+            .starts_with("0 preallocated live blocks is impossible"),
+        "{err}"
+    );
+}
+
 /// A 32-bit program (here a static i386 one that only exits) is said to be unsupported,
 /// not "allocator not recognised ... in: " with an empty list.
 #[test]

@@ -319,6 +319,41 @@ fn a_full_live_map_is_reported_as_lost_events() {
     assert!(results[0].stats.lost_events > 0, "{:#?}", results[0].stats);
 }
 
+/// With one preallocated block, the leak fixture's other blocks live on demand: its
+/// counts are those of the default run, nothing lost.
+#[test]
+fn blocks_beyond_the_preallocated_ones_are_counted_the_same() {
+    if !require_privileges("blocks_beyond_the_preallocated_ones_are_counted_the_same") {
+        return;
+    }
+    let mut default = Run::new(&[], [fixture("leak")]);
+    default.succeed();
+    let mut split = Run::new(&["--preallocated-live-blocks", "1"], [fixture("leak")]);
+    split.succeed();
+    let (a, b) = (&default.results()[0].stats, &split.results()[0].stats);
+    assert_eq!(b.lost_events, 0, "{b:#?}");
+    let heap = |s: &memtrack::Stats| {
+        [
+            s.alloc_calls,
+            s.free_calls,
+            s.bytes_allocated,
+            s.bytes_freed,
+            s.live_blocks,
+            s.live_bytes,
+            s.peak_live_bytes,
+            s.failed_allocs,
+            s.unmatched_frees,
+            s.lost_events,
+        ]
+    };
+    assert_eq!(heap(a), heap(b), "{a:#?}\n{b:#?}");
+    assert!(
+        a.live_blocks > 1,
+        "the fixture must leave blocks on demand: {a:#?}"
+    );
+    assert_eq!(a.functions, b.functions);
+}
+
 /// `--probes` lists every probe site of the run, in the text report and in `memtrack
 /// report`; the JSON report always carries them.
 #[test]

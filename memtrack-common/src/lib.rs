@@ -137,8 +137,13 @@ pub mod map_names {
     /// Array, slot -> [`PidStats`](super::PidStats).
     pub const STATS: &str = "STATS";
     /// [`LiveKey`](super::LiveKey) -> [`LiveBlock`](super::LiveBlock): a live block's
-    /// requested size and stack id.
+    /// requested size and stack id. Preallocated: the first
+    /// [`DEFAULT_PREALLOCATED_LIVE_BLOCKS`](super::DEFAULT_PREALLOCATED_LIVE_BLOCKS) (or
+    /// as configured) live blocks.
     pub const LIVE: &str = "LIVE";
+    /// The same as [`LIVE`], not preallocated: the live blocks beyond `LIVE`'s capacity
+    /// (entries allocated as blocks go live). An address is in at most one of the two.
+    pub const LIVE_ON_DEMAND: &str = "LIVE_ON_DEMAND";
     /// Task storage, thread -> [`ThreadState`](super::ThreadState) (the eBPF side's own).
     pub const THREADS: &str = "THREADS";
     /// [`global`](super::global) slot -> count.
@@ -406,7 +411,7 @@ impl Default for PidStats {
     }
 }
 
-/// Key of the `LIVE` map: one live block of one process.
+/// Key of the `LIVE` and `LIVE_ON_DEMAND` maps: one live block of one process.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LiveKey {
@@ -418,7 +423,7 @@ pub struct LiveKey {
     pub addr: u64,
 }
 
-/// Value of the `LIVE` map: one live block. The stack id lives beside the size, so a
+/// Value of the `LIVE` and `LIVE_ON_DEMAND` maps: one live block. The stack id lives beside the size, so a
 /// release finds both in the one lookup it makes anyway (a second map keyed by the block
 /// cost every free a second lookup and delete with stacks on).
 ///
@@ -556,12 +561,28 @@ pub mod global {
     pub const LAST_STACK_ID: u32 = 2;
     /// Allocations whose per-stack counters could not be stored (`STACK_COUNTS` full).
     pub const STACK_COUNTS_FULL: u32 = 3;
+    /// Entries the programs inserted into `LIVE_ON_DEMAND` less those they deleted,
+    /// counted before an insert and after a deletion, so never below what the map
+    /// holds (with [`LIVE_ON_DEMAND_PURGED`]): not a loss.
+    pub const LIVE_ON_DEMAND_COUNT: u32 = 4;
+    /// Entries user space deleted from `LIVE_ON_DEMAND` (a process forgotten or reset),
+    /// written by user space only, after deleting them. The programs look into the map
+    /// only while `LIVE_ON_DEMAND_COUNT - LIVE_ON_DEMAND_PURGED` is not 0.
+    pub const LIVE_ON_DEMAND_PURGED: u32 = 5;
     /// Number of slots in the `GLOBAL` map.
-    pub const LEN: u32 = 4;
+    pub const LEN: u32 = 6;
 }
 
-/// Default capacity of the `LIVE` map (live blocks across all tracked processes).
+/// Default capacity for live blocks across all tracked processes (`LIVE` and
+/// `LIVE_ON_DEMAND` together).
 pub const DEFAULT_MAX_LIVE_BLOCKS: u32 = 1 << 20;
+/// Default number of live blocks whose entries are preallocated (the `LIVE` map); the
+/// rest of the capacity is `LIVE_ON_DEMAND`'s.
+pub const DEFAULT_PREALLOCATED_LIVE_BLOCKS: u32 = 1 << 19;
+/// Name of the eBPF object's read-only global (`u32`) that says whether `LIVE_ON_DEMAND`
+/// has any capacity (1) or not (0: all capacity is preallocated, and the programs never
+/// touch it), set by the loader before the programs are verified.
+pub const LIVE_ON_DEMAND_GLOBAL: &str = "HAS_LIVE_ON_DEMAND";
 /// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 

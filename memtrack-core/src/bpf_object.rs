@@ -153,17 +153,54 @@ impl Object {
             .map_err(|e| LoadError::step(format!("setting the globals {names:?}"), e))?;
         let btf = load_btf(&mut obj, object)
             .map_err(|e| LoadError::step("loading the object's BTF into the kernel", e))?;
-        let mut maps = HashMap::new();
         // relocate_maps needs each map's definition, which MapData keeps private: a copy.
-        let mut defs: Vec<(String, aya_obj::Map)> = Vec::new();
-        for (name, mut def) in obj.maps.drain() {
-            if let Some(&(_, n)) = max_entries.iter().find(|(m, _)| *m == name) {
-                def.set_max_entries(n);
+        let mut defs: Vec<(String, aya_obj::Map)> = obj
+            .maps
+            .drain()
+            .map(|(name, mut def)| {
+                if let Some(&(_, n)) = max_entries.iter().find(|(m, _)| *m == name) {
+                    def.set_max_entries(n);
+                }
+                (name, def)
+            })
+            .collect();
+        // The two maps with the most entries are created on threads of their own, the
+        // others meanwhile: the kernel allocates, zeroes and initialises a map's memory
+        // inside the creating call (about 25 ns per preallocated hash entry and 12 ns
+        // per hash bucket on the hosts measured: 12 ms for a million buckets), and the
+        // calls do not wait for each other. The live-block maps are those two.
+        defs.sort_by_key(|(_, def)| std::cmp::Reverse(def.max_entries()));
+        let btf_fd = btf.as_ref().map(|b| b.as_fd());
+        let mut maps = HashMap::new();
+        std::thread::scope(|scope| -> Result<(), LoadError> {
+            let split = defs.len().min(2);
+            let threads: Vec<_> = defs[..split]
+                .iter()
+                .map(|(name, def)| {
+                    let thread = std::thread::Builder::new()
+                        .name("memtrack-maps".into())
+                        .spawn_scoped(scope, move || create_map(name, def, btf_fd));
+                    (name, def, thread)
+                })
+                .collect();
+            for (name, def) in &defs[split..] {
+                maps.insert(name.clone(), create_map(name, def, btf_fd)?);
             }
-            let map = create_map(&name, &def, btf.as_ref().map(|b| b.as_fd()))?;
-            defs.push((name.clone(), def));
-            maps.insert(name, map);
-        }
+            for (name, def, thread) in threads {
+                let map = match thread {
+                    Ok(thread) => thread.join().unwrap_or_else(|_| {
+                        Err(LoadError::step(
+                            format!("creating map `{name}`"),
+                            std::io::Error::other("its thread panicked"),
+                        ))
+                    })?,
+                    // No thread: create it here.
+                    Err(_) => create_map(name, def, btf_fd)?,
+                };
+                maps.insert(name.clone(), map);
+            }
+            Ok(())
+        })?;
         let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         obj.relocate_maps(
             defs.iter()

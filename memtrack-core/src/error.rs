@@ -237,18 +237,35 @@ pub enum Error {
         max: u32,
     },
 
-    /// The kernel could not make the live-block map (usually: not enough memory for it).
+    /// No preallocated live blocks were asked for (the preallocated map needs at least
+    /// one entry).
     #[error(
-        "creating the kernel map for {blocks} live blocks (about {} MiB of kernel memory, \
-         reserved when memtrack starts) failed: {source}; ask for fewer blocks \
-         (--max-live-blocks, TrackerBuilder::max_live_blocks)",
+        "0 preallocated live blocks is impossible: the number must be 1 to {max} (more than \
+         the live-block capacity counts as all of it)"
+    )]
+    PreallocatedLiveBlocks {
+        /// [`MAX_LIVE_BLOCKS`](crate::MAX_LIVE_BLOCKS).
+        max: u32,
+    },
+
+    /// The kernel could not make the live-block maps (usually: not enough memory for
+    /// the preallocated entries, or a capacity whose bucket array is too large).
+    #[error(
+        "creating the kernel maps for {blocks} live blocks ({preallocated} of them \
+         preallocated; about {} MiB of kernel memory reserved when memtrack starts, the \
+         other blocks' entries allocated as they go live) failed: {source}; ask for fewer \
+         blocks (--max-live-blocks, TrackerBuilder::max_live_blocks) or fewer \
+         preallocated ones (--preallocated-live-blocks, \
+         TrackerBuilder::preallocated_live_blocks)",
         .kernel_bytes >> 20
     )]
     LiveMap {
         /// The capacity asked for.
         blocks: u32,
-        /// Kernel memory, in bytes, such a map reserves
-        /// ([`live_map_bytes`](crate::live_map_bytes)).
+        /// How many of them have preallocated entries.
+        preallocated: u32,
+        /// Kernel memory, in bytes, the maps reserve when they are made
+        /// ([`live_map_bytes`](crate::live_map_bytes)'s `at_load`).
         kernel_bytes: u64,
         /// The kernel's answer.
         #[source]

@@ -43,7 +43,8 @@ use nix::{
 use crate::{
     error::{Error, Result},
     hold::{Hold, Holds},
-    ld_hook::LdHooks,
+    ld_hook::{self, LdHooks},
+    loader::HookProgram,
     process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
     shared::Shared,
     spawn::{self, CommandSpec},
@@ -68,20 +69,54 @@ pub(crate) struct Follower {
 }
 
 impl Follower {
-    /// Starts the follower thread; returns once the root is stopped, probed and running
-    /// again (or failed to start), with the root's pid.
-    pub(crate) fn start(shared: Arc<Shared>, root: Root) -> Result<(Follower, u32)> {
+    /// Starts the follower thread on `root` before the tracker's programs are loaded,
+    /// so that the kernel's work for the command (fork, exec) overlaps the loading: for
+    /// a spawn, the thread forks the command, traces it and lets it run into its exec,
+    /// where the kernel stops it before its first instruction; the thread then waits
+    /// for [`Starting::finish`] to hand it the loaded engine. An attach waits for the
+    /// engine before it seizes anything (the process is running: its probes must come
+    /// right after).
+    pub(crate) fn begin(root: Root) -> Result<Starting> {
         let (wake_read, wake_write) =
             pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::Os {
                 what: "create the pipe that wakes the follower thread",
                 source: e.into(),
             })?;
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (engine_tx, engine_rx) = mpsc::channel::<Handoff>();
         let thread = std::thread::Builder::new()
             .name("memtrack-follow".into())
             .spawn(move || {
-                let mut state = FollowState::new(shared);
-                match state.setup(root, wake_read) {
+                let launched = match Launched::launch(&root, wake_read) {
+                    Ok(launched) => launched,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let mut early = None;
+                let shared = loop {
+                    match engine_rx.recv() {
+                        Ok(Handoff::Hook(program)) => {
+                            early = launched
+                                .spawned
+                                .and_then(|pid| ld_hook::early(pid, &program));
+                        }
+                        Ok(Handoff::Engine(shared)) => break Some(shared),
+                        Err(_) => break None,
+                    }
+                };
+                // No engine: loading failed, the command must not run.
+                let Some(shared) = shared else {
+                    drop(early);
+                    launched.abandon();
+                    return;
+                };
+                let mut state = FollowState::new(shared, launched);
+                if let Some(early) = early {
+                    early.adopt(&mut state.shared.engine.lock());
+                }
+                match state.setup(root) {
                     Ok(pid) => {
                         let _ = ready_tx.send(Ok(pid));
                         state.run();
@@ -95,23 +130,14 @@ impl Follower {
                 what: "start the follower thread",
                 source,
             })?;
-        let mut follower = Follower {
-            thread: Some(thread),
-            wake: Some(wake_write),
-        };
-        match ready_rx.recv() {
-            Ok(Ok(pid)) => Ok((follower, pid)),
-            Ok(Err(e)) => {
-                follower.shutdown();
-                Err(e)
-            }
-            Err(_) => {
-                follower.shutdown();
-                Err(Error::FollowerEnded {
-                    reason: "it panicked while starting to follow the process".into(),
-                })
-            }
-        }
+        Ok(Starting {
+            follower: Follower {
+                thread: Some(thread),
+                wake: Some(wake_write),
+            },
+            engine: engine_tx,
+            ready: ready_rx,
+        })
     }
 
     /// Wakes the follower and waits for it to end; tracees still alive are detached (the
@@ -127,6 +153,167 @@ impl Follower {
 impl Drop for Follower {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// A follower begun before the engine was loaded ([`Follower::begin`]). Dropped without
+/// [`finish`](Starting::finish) (the loading failed), it kills the command, which is
+/// still stopped at its exec, and ends the thread.
+pub(crate) struct Starting {
+    // Dropped first (fields drop in order): the thread's wait for the engine ends
+    // before the follower's drop joins the thread.
+    engine: mpsc::Sender<Handoff>,
+    ready: mpsc::Receiver<Result<u32>>,
+    follower: Follower,
+}
+
+/// What the loading hands the follower thread of a [`Starting`].
+enum Handoff {
+    /// The loader hook's program, verified before the others: the thread hooks the
+    /// spawned command's loader with it at once, so that the kernel's grace period for
+    /// the first uprobe registration passes while the other programs are verified
+    /// (`ld_hook::early`).
+    Hook(HookProgram),
+    /// The loaded engine.
+    Engine(Arc<Shared>),
+}
+
+impl Starting {
+    /// What [`Engine::load`](crate::loader::Engine) calls with the loader hook's
+    /// program, the moment it is verified.
+    pub(crate) fn hook_handoff(&self) -> impl Fn(HookProgram) + Sync + use<> {
+        let engine = self.engine.clone();
+        move |program| {
+            let _ = engine.send(Handoff::Hook(program));
+        }
+    }
+
+    /// Hands the follower the loaded engine; returns once the root is stopped, probed
+    /// and running again (or failed to start), with the root's pid.
+    pub(crate) fn finish(self, shared: Arc<Shared>) -> Result<(Follower, u32)> {
+        let Starting {
+            mut follower,
+            engine,
+            ready,
+        } = self;
+        // A send fails only when the thread ended already: its error is on `ready`.
+        let _ = engine.send(Handoff::Engine(shared));
+        match ready.recv() {
+            Ok(Ok(pid)) => Ok((follower, pid)),
+            Ok(Err(e)) => {
+                follower.shutdown();
+                Err(e)
+            }
+            Err(_) => {
+                follower.shutdown();
+                Err(Error::FollowerEnded {
+                    reason: "it panicked while starting to follow the process".into(),
+                })
+            }
+        }
+    }
+}
+
+/// What the follower thread did before it had the engine: the sentinel forked and, for
+/// a spawn, the command forked, seized and stopped at its exec.
+struct Launched {
+    holds: Holds,
+    tasks: HashMap<u32, Task>,
+    sentinel: Pid,
+    /// The spawned command's pid (at its exec stop).
+    spawned: Option<u32>,
+}
+
+impl Launched {
+    fn launch(root: &Root, wake: OwnedFd) -> Result<Launched> {
+        let mut launched = Launched {
+            holds: Holds::from_env(),
+            tasks: HashMap::new(),
+            sentinel: spawn_sentinel(wake)?,
+            spawned: None,
+        };
+        if let Root::Spawn(spec) = root {
+            match launched.spawn(spec) {
+                Ok(pid) => {
+                    launched.spawned = Some(pid);
+                    ld_hook::start_registering(pid);
+                }
+                Err(e) => {
+                    launched.abandon();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(launched)
+    }
+
+    /// Forks the command, seizes it and lets it go on to its exec stop.
+    fn spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
+        let mut child = spawn::fork_held(spec)?;
+        let pid = child.pid;
+        let command = spec.program.to_string_lossy().into_owned();
+        self.holds.reached(Hold::Spawn, pid.as_raw() as u32);
+        let raw = pid.as_raw() as u32;
+        match self.seize_and_release(&mut child, &command) {
+            Ok(()) => Ok(raw),
+            Err(e) => {
+                // Never leave it to run the command untracked after an error.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+                self.tasks.remove(&raw);
+                Err(e)
+            }
+        }
+    }
+
+    /// Seizes the held child, lets it go on, and waits for its exec (it is then
+    /// stopped at the exec event).
+    fn seize_and_release(&mut self, child: &mut spawn::HeldChild, command: &str) -> Result<()> {
+        let pid = child.pid;
+        let raw = pid.as_raw() as u32;
+        if let Err(e) = ptrace::seize(pid, options()) {
+            // A child that failed before waiting (chdir, setuid) has exited.
+            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
+            {
+                return Err(spawn_error(command.to_string(), child));
+            }
+            return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
+        }
+        self.tasks.insert(raw, Task { tgid: raw });
+        self.holds.reached(Hold::Seized, raw);
+        child.release();
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
+                    return Ok(());
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.tasks.remove(&raw);
+                    return Err(spawn_error(command.to_string(), child));
+                }
+                Ok(_) => {}
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
+            }
+        }
+    }
+
+    /// Kills the command (stopped at its exec: it never ran an instruction of its own)
+    /// and the sentinel, and reaps both.
+    fn abandon(self) {
+        for pid in self.spawned.into_iter().map(|p| Pid::from_raw(p as i32)) {
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+        }
+        let _ = kill(self.sentinel, Signal::SIGKILL);
+        let _ = waitpid(self.sentinel, Some(WaitPidFlag::__WNOTHREAD));
     }
 }
 
@@ -199,87 +386,33 @@ fn spawn_error(command: String, child: &spawn::HeldChild) -> Error {
 }
 
 impl FollowState {
-    fn new(shared: Arc<Shared>) -> FollowState {
+    fn new(shared: Arc<Shared>, launched: Launched) -> FollowState {
         FollowState {
             shared,
             hooks: LdHooks::default(),
-            holds: Holds::from_env(),
-            tasks: HashMap::new(),
+            holds: launched.holds,
+            tasks: launched.tasks,
             exec_wait: HashMap::new(),
-            root: 0,
-            sentinel: None,
+            root: launched.spawned.unwrap_or(0),
+            sentinel: Some(launched.sentinel),
             failure: None,
         }
     }
 
-    fn setup(&mut self, root: Root, wake: OwnedFd) -> Result<u32> {
-        self.sentinel = Some(spawn_sentinel(wake)?);
+    fn setup(&mut self, root: Root) -> Result<u32> {
         match root {
-            Root::Spawn(spec) => self.setup_spawn(&spec),
+            Root::Spawn(_) => self.setup_spawn(),
             Root::Attach(pid) => self.setup_attach(pid),
         }
     }
 
-    fn setup_spawn(&mut self, spec: &CommandSpec) -> Result<u32> {
-        let mut child = spawn::fork_held(spec)?;
-        let pid = child.pid;
-        let command = spec.program.to_string_lossy().into_owned();
-        self.holds.reached(Hold::Spawn, pid.as_raw() as u32);
-        let raw = pid.as_raw() as u32;
-        match self.seize_and_release(&mut child, &command) {
-            Ok(()) => {}
-            Err(e) => {
-                // Never leave it to run the command untracked after an error.
-                let _ = kill(pid, Signal::SIGKILL);
-                let _ = waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
-                self.tasks.remove(&raw);
-                return Err(e);
-            }
-        }
-        self.root = raw;
+    /// The spawned command is at its exec stop: register and probe it.
+    fn setup_spawn(&mut self) -> Result<u32> {
+        let raw = self.root;
         let ppid = std::process::id();
         self.register_process(raw, ppid);
         self.after_exec(raw);
         Ok(raw)
-    }
-
-    /// Seizes the held child, lets it go on, and waits for its exec (it is then
-    /// stopped at the exec event).
-    fn seize_and_release(&mut self, child: &mut spawn::HeldChild, command: &str) -> Result<()> {
-        let pid = child.pid;
-        let raw = pid.as_raw() as u32;
-        if let Err(e) = ptrace::seize(pid, options()) {
-            // A child that failed before waiting (chdir, setuid) has exited.
-            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
-                waitpid(pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WNOTHREAD))
-            {
-                return Err(spawn_error(command.to_string(), child));
-            }
-            return Err(ptrace_err(pid, "PTRACE_SEIZE")(e));
-        }
-        self.tasks.insert(raw, Task { tgid: raw });
-        self.holds.reached(Hold::Seized, raw);
-        child.release();
-        loop {
-            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
-                Ok(WaitStatus::PtraceEvent(_, _, e)) if e == Event::PTRACE_EVENT_EXEC as i32 => {
-                    return Ok(());
-                }
-                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                    ptrace::cont(pid, None).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Stopped(_, sig)) => {
-                    ptrace::cont(pid, sig).map_err(ptrace_err(pid, "PTRACE_CONT"))?;
-                }
-                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    self.tasks.remove(&raw);
-                    return Err(spawn_error(command.to_string(), child));
-                }
-                Ok(_) => {}
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(ptrace_err(pid, "waitpid")(e)),
-            }
-        }
     }
 
     fn setup_attach(&mut self, pid: u32) -> Result<u32> {
@@ -397,6 +530,14 @@ impl FollowState {
         self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
         let has_interp = memtrack_targets::has_interpreter(&exe).unwrap_or(true);
+        if has_interp {
+            // Probed now, with the hook: one uprobe registration for the whole exec
+            // (expected_targets says why). Reported once the loader maps it.
+            let expected = memtrack_targets::expected_targets(pid);
+            if !expected.is_empty() {
+                let _ = self.shared.engine.lock().attach_expected(pid, &expected);
+            }
+        }
         if !has_interp || self.install_hook(pid) {
             let _ = ptrace::cont(p, None);
             return;

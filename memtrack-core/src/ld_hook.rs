@@ -67,6 +67,60 @@ pub(crate) fn prefetch() {
     }
 }
 
+/// Starts the kernel's wait for the first uprobe registration of a run (see
+/// `uprobe_multi::register_early`) the moment the spawned command `pid` is at its exec
+/// stop, long before the tracker's programs are verified: a probe that does nothing, on
+/// the loader's `_dl_debug_state` (where the hook will go), scoped to `pid`, then closed
+/// with the other links. Nothing when the kernel has no uprobe_multi links (perf-event
+/// links register otherwise) or the process has no loader.
+pub(crate) fn start_registering(pid: u32) {
+    if crate::uprobe_multi::forced_off() || !crate::uprobe_multi::supported() {
+        return;
+    }
+    let Ok(Some(site)) = memtrack_targets::debug_state_site(pid) else {
+        return;
+    };
+    if let Ok(link) = crate::uprobe_multi::register_early(&site.object, site.file_offset, pid) {
+        crate::detach::close_later(vec![Box::new(link)]);
+    }
+}
+
+/// A loader hook attached before the engine was handed to the follower ([`early`]).
+pub(crate) struct EarlyHook {
+    pid: u32,
+    object: std::path::PathBuf,
+    file_offset: u64,
+    link: crate::detach::Detachable,
+}
+
+/// Hooks the loader of `pid`, a command stopped at its exec, with the hook's program
+/// alone, while the tracker's other programs are still being verified. The first
+/// uprobe registration after an idle moment waits for an RCU grace period (7-17 ms
+/// measured here); made now, that wait overlaps the verification, and the command's
+/// other probes, registered right after, find the grace period passed. None when it
+/// cannot be done now (no loader, no cookie, an attach error): [`LdHooks::install`]
+/// then hooks it the usual way, and says why if it cannot either.
+pub(crate) fn early(pid: u32, program: &crate::loader::HookProgram) -> Option<EarlyHook> {
+    let site = memtrack_targets::debug_state_site(pid).ok()??;
+    let cookie = *cookie().as_ref().ok()?;
+    let link = program
+        .attach(&site.object, site.file_offset, cookie, pid)
+        .ok()?;
+    Some(EarlyHook {
+        pid,
+        object: site.object,
+        file_offset: site.file_offset,
+        link,
+    })
+}
+
+impl EarlyHook {
+    /// Hands the hook to the engine, which closes it with the process's other links.
+    pub(crate) fn adopt(self, engine: &mut Engine) {
+        engine.adopt_ld_hook(self.pid, &self.object, self.file_offset, self.link);
+    }
+}
+
 /// A thread stopped for the loader hook.
 pub(crate) struct HookStop {
     /// The signal to resume it with: None when the stop's signal was the hook's own

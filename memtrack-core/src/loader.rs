@@ -36,21 +36,79 @@ static EBPF_OBJECT: &[u8] =
 
 /// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`](crate::TrackerBuilder::max_live_blocks)): 134,217,728
 /// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
-/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG).
-/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 24): 2^27 blocks
-/// took about 11 GiB of kernel memory and 18 s to reserve ([`live_map_bytes`]); a machine without that much memory refuses
+/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG);
+/// the capacity split between the preallocated map and the on-demand one stays within
+/// what either could hold alone.
+/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 24) and every
+/// entry was preallocated: 2^27 blocks took about 11 GiB of kernel memory and 18 s to
+/// reserve ([`live_map_bytes`]); a machine without that much memory refuses
 /// ([`Error::LiveMap`](crate::Error::LiveMap)).
 pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
 
-/// Kernel memory, in bytes, that a live-block map of `blocks` blocks reserves when the
-/// tracker loads: 88 bytes per preallocated entry (the kernel's 48-byte element header,
-/// the 16-byte key, the 24-byte value: size, stack id and allocation time) and 16 per
-/// hash bucket, of which there are `blocks` rounded up to a power of two.
-pub fn live_map_bytes(blocks: u32) -> u64 {
-    /// The kernel's `struct htab_elem` header before the key (Linux 6.x, x86_64).
-    const ELEMENT_HEADER: u64 = 48;
+/// The kernel's `struct htab_elem` header before a hash map entry's key (Linux 6.x,
+/// x86_64).
+const ELEMENT_HEADER: u64 = 48;
+
+/// Kernel memory of the live-block maps for `max_live_blocks` blocks of which
+/// `preallocated` (at most `max_live_blocks`) have preallocated entries
+/// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)).
+///
+/// Reserved when the tracker loads ([`LiveMapBytes::at_load`]): 88 bytes per
+/// preallocated entry (the kernel's 48-byte element header, the 16-byte key, the 24-byte
+/// value: size, stack id and allocation time) and 16 bytes per hash bucket of both maps
+/// (each has its capacity rounded up to a power of two of buckets). The entries of the
+/// blocks beyond the preallocated ones are allocated as those blocks go live and freed
+/// when they are released, 96 bytes each (the same 88 bytes in the kernel's 96-byte size
+/// class): at most [`LiveMapBytes::on_demand`] more.
+pub fn live_map_bytes(max_live_blocks: u32, preallocated: u32) -> LiveMapBytes {
+    let split = LiveSplit::new(max_live_blocks, preallocated);
     let entry = ELEMENT_HEADER + (size_of::<LiveKey>() + size_of::<LiveBlock>()) as u64;
-    u64::from(blocks) * entry + u64::from(blocks).next_power_of_two() * 16
+    let buckets = |n: u32| u64::from(n).next_power_of_two() * 16;
+    // The kernel's BPF allocator puts an 8-byte list node before each object and
+    // serves 88 + 8 bytes from its 96-byte size class.
+    const ON_DEMAND_ENTRY: u64 = 96;
+    let on_demand = u64::from(max_live_blocks.saturating_sub(split.preallocated));
+    LiveMapBytes {
+        at_load: u64::from(split.preallocated) * entry
+            + buckets(split.preallocated)
+            + buckets(split.on_demand_entries),
+        on_demand: on_demand * ON_DEMAND_ENTRY,
+    }
+}
+
+/// What [`live_map_bytes`] says: kernel memory, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveMapBytes {
+    /// Reserved when the tracker loads (the preallocated entries and the bucket arrays).
+    pub at_load: u64,
+    /// At most this much more, allocated while more blocks than the preallocated ones
+    /// are live.
+    pub on_demand: u64,
+}
+
+/// How the live-block capacity is split between the two kernel maps (memtrack-ebpf's
+/// maps.rs): `LIVE`, preallocated, and `LIVE_ON_DEMAND`, entries allocated on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LiveSplit {
+    /// `LIVE`'s capacity.
+    preallocated: u32,
+    /// `LIVE_ON_DEMAND`'s `max_entries`: the rest of the capacity, or 1 when nothing is
+    /// left (the kernel makes no empty map; the programs then never use it).
+    on_demand_entries: u32,
+    /// Whether `LIVE_ON_DEMAND` has capacity (the programs' `HAS_LIVE_ON_DEMAND`).
+    has_on_demand: bool,
+}
+
+impl LiveSplit {
+    fn new(max_live_blocks: u32, preallocated: u32) -> Self {
+        let preallocated = preallocated.clamp(1, max_live_blocks.max(1));
+        let rest = max_live_blocks.saturating_sub(preallocated);
+        LiveSplit {
+            preallocated,
+            on_demand_entries: rest.max(1),
+            has_on_demand: rest > 0,
+        }
+    }
 }
 
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
@@ -153,6 +211,40 @@ impl UprobePrograms {
     }
 }
 
+/// The loader hook's program (ld_hook.rs), as [`Engine::load`] hands it out the moment
+/// it is verified, before the other programs are: its link can be made while they
+/// are still being verified.
+pub(crate) struct HookProgram<F: AsFd = OwnedFd> {
+    fd: F,
+    mode: UprobeMode,
+}
+
+impl<F: AsFd> HookProgram<F> {
+    /// Attaches the hook at `file_offset` of `object` (the loader's
+    /// `_dl_debug_state`), scoped to `pid`, with the hook's `cookie`.
+    pub(crate) fn attach(
+        &self,
+        object: &Path,
+        file_offset: u64,
+        cookie: u64,
+        pid: u32,
+    ) -> Result<Detachable> {
+        let program = program_names::LD_HOOK;
+        let fd = self.fd.as_fd();
+        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
+        Ok(match self.mode {
+            UprobeMode::Multi => Box::new(
+                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
+                    .map_err(gone_or)?,
+            ),
+            UprobeMode::Perf => Box::new(
+                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
+                    .map_err(gone_or)?,
+            ),
+        })
+    }
+}
+
 /// Probes attached for one process.
 #[derive(Default)]
 struct ProcessLinks {
@@ -160,6 +252,9 @@ struct ProcessLinks {
     /// it.
     links: Vec<Detachable>,
     probes: Vec<ProbeInfo>,
+    /// Probes attached before their object was seen mapped ([`Engine::attach_expected`]):
+    /// they move to `probes` (and are reported) once it is.
+    expected: Vec<ProbeInfo>,
     /// Loader hook sites attached: (object, file offset).
     ld_hooks: Vec<(PathBuf, u64)>,
 }
@@ -174,7 +269,13 @@ pub(crate) struct Engine {
     tracked: Array<MapData, ProcessSlot>,
     slot_map: HashMap<MapData, u32, u32>,
     stats: Array<MapData, PidStats>,
+    /// The live blocks, the first ones (`LIVE`, preallocated)...
     live: HashMap<MapData, LiveKey, LiveBlock>,
+    /// ... and the rest (`LIVE_ON_DEMAND`; see memtrack-ebpf's maps.rs).
+    live_on_demand: HashMap<MapData, LiveKey, LiveBlock>,
+    /// Entries this side deleted from `live_on_demand`, as last written to
+    /// `global::LIVE_ON_DEMAND_PURGED`.
+    on_demand_purged: u64,
     global: Array<MapData, u64>,
     /// Which slot of `tracked`/`stats` each process owns.
     slots: Slots,
@@ -264,18 +365,28 @@ fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 impl Engine {
     /// Checks privileges and kernel support, loads and verifies every program, and
     /// attaches the (globally filtered) syscall counters.
+    /// `max_live_blocks` blocks can be live at once, the first `preallocated` (at most
+    /// `max_live_blocks`) in preallocated entries.
     pub(crate) fn load(
         max_live_blocks: u32,
+        preallocated: u32,
         placement: ProbePlacement,
         links: UprobeLinks,
         count_syscalls: bool,
         stacks: Option<u32>,
+        on_hook: &(dyn Fn(HookProgram) + Sync),
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
         let depth = stacks.unwrap_or(0).to_ne_bytes();
-        let mut globals: Vec<(&str, &[u8])> = Vec::new();
-        let mut max_entries = vec![(map_names::LIVE, max_live_blocks)];
+        let split = LiveSplit::new(max_live_blocks, preallocated);
+        let has_on_demand = u32::from(split.has_on_demand).to_ne_bytes();
+        let mut globals: Vec<(&str, &[u8])> =
+            vec![(memtrack_common::LIVE_ON_DEMAND_GLOBAL, &has_on_demand)];
+        let mut max_entries = vec![
+            (map_names::LIVE, split.preallocated),
+            (map_names::LIVE_ON_DEMAND, split.on_demand_entries),
+        ];
         if stacks.is_some() {
             globals.push((memtrack_common::stacks::DEPTH_GLOBAL, &depth));
             // With stacks off these maps keep the object's single entry: nothing is
@@ -293,16 +404,19 @@ impl Engine {
         // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
         let mut object =
             Object::load(EBPF_OBJECT, &globals, &max_entries).map_err(|e| match e {
-                LoadError::CreateMap { name, source, .. } if name == map_names::LIVE => {
+                LoadError::CreateMap { name, source, .. }
+                    if name == map_names::LIVE || name == map_names::LIVE_ON_DEMAND =>
+                {
                     Error::LiveMap {
                         blocks: max_live_blocks,
-                        kernel_bytes: live_map_bytes(max_live_blocks),
+                        preallocated: split.preallocated,
+                        kernel_bytes: live_map_bytes(max_live_blocks, preallocated).at_load,
                         source,
                     }
                 }
                 e => e.into(),
             })?;
-        let programs = load_uprobe_programs(&object, links, stacks.is_some())?;
+        let programs = load_uprobe_programs(&object, links, stacks.is_some(), on_hook)?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
@@ -320,6 +434,7 @@ impl Engine {
         let slot_map = take_map(&mut object, map_names::SLOTS)?;
         let stats = take_map(&mut object, map_names::STATS)?;
         let live = take_map(&mut object, map_names::LIVE)?;
+        let live_on_demand = take_map(&mut object, map_names::LIVE_ON_DEMAND)?;
         let global = take_map(&mut object, map_names::GLOBAL)?;
         let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
         let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
@@ -334,6 +449,8 @@ impl Engine {
             slot_map,
             stats,
             live,
+            live_on_demand,
+            on_demand_purged: 0,
             global,
             slots: Slots::new(),
             ld_hook_stops,
@@ -388,28 +505,83 @@ impl Engine {
             return Err(Error::ProcessGone { pid });
         }
         let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
+        let mut confirmed: Vec<ProbeInfo> = Vec::new();
         for target in targets {
-            let already = self.processes.get(&pid).is_some_and(|p| {
+            let process = self.processes.get_mut(&pid);
+            if process.as_ref().is_some_and(|p| {
                 p.probes
                     .iter()
                     .any(|i| i.object == target.object && i.file_offset == target.file_offset)
-            });
-            if !already {
-                planned.push((target, self.site(target)));
+            }) {
+                continue;
             }
+            // Attached already on a guess (attach_expected): now seen mapped.
+            if let Some(process) = process
+                && let Some(i) = process.expected.iter().position(|i| {
+                    i.file_offset == target.file_offset && same_file(&i.object, &target.object)
+                })
+            {
+                let mut info = process.expected.swap_remove(i);
+                info.object = target.object.clone();
+                confirmed.push(info);
+                continue;
+            }
+            planned.push((target, self.site(target)));
         }
         let links = match self.programs.mode {
             UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
             UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
         };
-        let added: Vec<ProbeInfo> = planned
+        let added: Vec<ProbeInfo> = confirmed
             .into_iter()
-            .map(|(target, site)| probe_info(target, site))
+            .chain(
+                planned
+                    .into_iter()
+                    .map(|(target, site)| probe_info(target, site)),
+            )
             .collect();
         let process = self.processes.entry(pid).or_default();
         process.links.extend(links);
         process.probes.extend(added.iter().cloned());
         Ok(added)
+    }
+
+    /// Attaches probes for `targets`, scoped to `pid`, before the process maps their
+    /// objects (`memtrack_targets::expected_targets`: the guess that a process at its
+    /// exec stop will load the C library memtrack runs with). They are not reported
+    /// until [`attach_targets`](Self::attach_targets) finds them mapped; one never
+    /// mapped never fires. Returns how many were attached.
+    pub(crate) fn attach_expected(&mut self, pid: u32, targets: &[ProbeTarget]) -> Result<usize> {
+        if pid == 0 {
+            return Err(Error::ProcessGone { pid });
+        }
+        let mut planned: Vec<(&ProbeTarget, Site)> = Vec::new();
+        for target in targets {
+            let known = self.processes.get(&pid).is_some_and(|p| {
+                p.probes.iter().chain(&p.expected).any(|i| {
+                    i.file_offset == target.file_offset && same_file(&i.object, &target.object)
+                })
+            });
+            if !known {
+                planned.push((target, self.site(target)));
+            }
+        }
+        if planned.is_empty() {
+            return Ok(0);
+        }
+        let links = match self.programs.mode {
+            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
+            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
+        };
+        let count = planned.len();
+        let process = self.processes.entry(pid).or_default();
+        process.links.extend(links);
+        process.expected.extend(
+            planned
+                .into_iter()
+                .map(|(target, site)| probe_info(target, site)),
+        );
+        Ok(count)
     }
 
     /// Attaches the loader hook (ld_hook.rs) at `file_offset` of `object`, scoped to
@@ -434,25 +606,30 @@ impl Engine {
         {
             return Ok(false);
         }
-        let program = program_names::LD_HOOK;
-        let fd = self.programs.get(program)?;
-        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
-        let link: Detachable = match self.programs.mode {
-            UprobeMode::Multi => Box::new(
-                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
-                    .map_err(gone_or)?,
-            ),
-            UprobeMode::Perf => Box::new(
-                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
-                    .map_err(gone_or)?,
-            ),
+        let program = HookProgram {
+            fd: self.programs.get(program_names::LD_HOOK)?,
+            mode: self.programs.mode,
         };
+        let link = program.attach(object, file_offset, cookie, pid)?;
+        self.adopt_ld_hook(pid, object, file_offset, link);
+        Ok(true)
+    }
+
+    /// Records a loader hook attached with [`HookProgram::attach`] before this engine
+    /// was handed over (follow.rs: the hook's registration overlaps the other programs'
+    /// verification); it is closed with the process's other links.
+    pub(crate) fn adopt_ld_hook(
+        &mut self,
+        pid: u32,
+        object: &Path,
+        file_offset: u64,
+        link: Detachable,
+    ) {
         // Misses are counted into an existing entry (BPF_NOEXIST: keep one the hook made).
         let _ = self.ld_hook_misses.insert(pid, 0, 1);
         let process = self.processes.entry(pid).or_default();
         process.links.push(link);
-        process.ld_hooks.push(site);
-        Ok(true)
+        process.ld_hooks.push((object.to_path_buf(), file_offset));
     }
 
     /// The signal the loader hook sent thread `tid` to stop it, if it did and the
@@ -591,8 +768,9 @@ impl Engine {
         }
     }
 
-    /// Whether `LIVE` may hold entries of `pid`, so that forgetting them needs a walk of
-    /// the whole map (a million buckets by default, 5-11 ms here even when empty; a
+    /// Whether the live-block maps may hold entries of `pid`, so that forgetting them
+    /// needs a walk of the whole maps (every bucket: `LIVE`'s 524,288 by default, and
+    /// `LIVE_ON_DEMAND`'s when it holds entries, 5-11 ms here for a million even when empty; a
     /// short process is forgotten at its start and at its end). No when its counters
     /// say no block is live, none was released (a release leaves its entry behind for
     /// a while, `LiveBlock::RELEASED`) and nothing was lost, and no call can add one
@@ -634,15 +812,43 @@ impl Engine {
         Ok(())
     }
 
+    /// Deletes every live-block entry of `pid`, from both maps (`LIVE_ON_DEMAND` only
+    /// while it may hold entries).
     fn purge_live(&mut self, pid: u32) {
-        let keys: Vec<LiveKey> = self
-            .live
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| k.tgid == pid)
-            .collect();
-        for key in keys {
+        let of_pid = |map: &HashMap<MapData, LiveKey, LiveBlock>| -> Vec<LiveKey> {
+            map.keys()
+                .filter_map(|k| k.ok())
+                .filter(|k| k.tgid == pid)
+                .collect()
+        };
+        for key in of_pid(&self.live) {
             let _ = self.live.remove(&key);
+        }
+        if !self.on_demand_in_use() {
+            return;
+        }
+        let mut deleted = 0;
+        for key in of_pid(&self.live_on_demand) {
+            if self.live_on_demand.remove(&key).is_ok() {
+                deleted += 1;
+            }
+        }
+        if deleted != 0 {
+            // After the deletions, so that the programs' count less this one is never
+            // below what the map holds (memtrack-ebpf's account.rs).
+            self.on_demand_purged += deleted;
+            let _ = self
+                .global
+                .set(global::LIVE_ON_DEMAND_PURGED, self.on_demand_purged, 0);
+        }
+    }
+
+    /// Whether `LIVE_ON_DEMAND` may hold entries: the programs counted entries that
+    /// this side did not delete.
+    fn on_demand_in_use(&self) -> bool {
+        match self.global.get(&global::LIVE_ON_DEMAND_COUNT, 0) {
+            Ok(count) => count.wrapping_sub(self.on_demand_purged) != 0,
+            Err(_) => true,
         }
     }
 
@@ -739,6 +945,7 @@ fn load_uprobe_programs(
     object: &Object,
     links: UprobeLinks,
     stacks: bool,
+    on_hook: &(dyn Fn(HookProgram) + Sync),
 ) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
@@ -758,12 +965,51 @@ fn load_uprobe_programs(
         UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
         UprobeMode::Perf => None,
     };
+    // Each program is verified on its own thread: the verifier's time is most of the
+    // loading, and the programs do not depend on each other (with stacks, the unwind
+    // program's 271k verified instructions then no longer wait for the entry
+    // program's).
+    let load = |name: &'static str| -> std::io::Result<OwnedFd> {
+        let fd = object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)?;
+        if name == program_names::LD_HOOK {
+            on_hook(HookProgram {
+                fd: fd.try_clone()?,
+                mode,
+            });
+        }
+        Ok(fd)
+    };
+    let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = std::thread::scope(|scope| {
+        // The loader hook's program is verified here, after the others' threads are
+        // started: on two CPUs a thread spawned after two busy ones waited for one.
+        let (here, elsewhere): (Vec<_>, Vec<_>) = names
+            .into_iter()
+            .partition(|&n| n == program_names::LD_HOOK);
+        let threads: Vec<_> = elsewhere
+            .into_iter()
+            .map(|name| {
+                let thread = std::thread::Builder::new()
+                    .name("memtrack-verify".into())
+                    .spawn_scoped(scope, move || load(name));
+                (name, thread)
+            })
+            .collect();
+        let mut loaded: Vec<_> = here.into_iter().map(|name| (name, load(name))).collect();
+        loaded.extend(threads.into_iter().map(|(name, thread)| {
+            let result = match thread {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("its loading thread panicked"))),
+                // No thread: load it here.
+                Err(_) => load(name),
+            };
+            (name, result)
+        }));
+        loaded
+    });
     let mut fds = std::collections::HashMap::new();
-    for name in names {
-        let fd = object
-            .load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
-            .map_err(program_err(name))?;
-        fds.insert(name, fd);
+    for (name, fd) in loaded {
+        fds.insert(name, fd.map_err(program_err(name))?);
     }
     let programs = UprobePrograms { mode, fds };
     if stacks {
@@ -875,6 +1121,16 @@ fn attach_perf(
 }
 
 /// What the results record of one probed function.
+/// Whether two paths name one file: the same path, or the same device and inode (a
+/// library reached by two paths, e.g. through a bind mount, has one set of uprobes:
+/// probing it twice would count every call twice).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a == b
+        || matches!((std::fs::metadata(a), std::fs::metadata(b)),
+            (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
+}
+
 fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
     let return_probe = target.function.has_return_probe();
     ProbeInfo {
@@ -899,7 +1155,10 @@ fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
 mod tests {
     use std::mem::size_of;
 
-    use aya_obj::{ProgramSection, generated::bpf_map_type};
+    use aya_obj::{
+        ProgramSection,
+        generated::{BPF_F_NO_PREALLOC, bpf_map_type},
+    };
     use memtrack_common::{
         LiveBlock, LiveKey, PidStats, ProcessSlot, ThreadState, map_names, program_names,
     };
@@ -961,12 +1220,16 @@ mod tests {
             return;
         }
         let blocks = crate::MAX_LIVE_BLOCKS + 1;
+        // All preallocated: the preallocated map is the one that reaches the limit
+        // (split, each map is below it).
         let loaded = super::Engine::load(
+            blocks,
             blocks,
             super::ProbePlacement::default(),
             super::UprobeLinks::default(),
             false,
             None,
+            &|_| {},
         );
         let Err(err) = loaded else {
             panic!("the kernel made a live map of {blocks} blocks");
@@ -977,8 +1240,9 @@ mod tests {
         assert_eq!(source.raw_os_error(), Some(libc::E2BIG), "{err}");
         assert!(
             err.to_string().starts_with(
-                "creating the kernel map for 134217729 live blocks (about 15360 MiB of kernel \
-                 memory, reserved when memtrack starts) failed: "
+                "creating the kernel maps for 134217729 live blocks (134217729 of them \
+                 preallocated; about 15360 MiB of kernel memory reserved when memtrack \
+                 starts, the other blocks' entries allocated as they go live) failed: "
             ),
             "{err}"
         );
@@ -1003,10 +1267,12 @@ mod tests {
                 let case = format!("{links:?}, stacks {stacks:?}");
                 let engine = super::Engine::load(
                     1024,
+                    1024,
                     super::ProbePlacement::default(),
                     links,
                     false,
                     stacks,
+                    &|_| {},
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
                 let slot = crate::unwind_chain::installed_id(&engine.object)
@@ -1058,7 +1324,7 @@ mod tests {
         let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
         let prog_array = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
         let task_storage = bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as u32;
-        let expected: [(&str, u32, usize, usize); 9] = [
+        let expected: [(&str, u32, usize, usize); 10] = [
             (
                 map_names::TRACKED,
                 array,
@@ -1074,6 +1340,12 @@ mod tests {
             ),
             (
                 map_names::LIVE,
+                hash,
+                size_of::<LiveKey>(),
+                size_of::<LiveBlock>(),
+            ),
+            (
+                map_names::LIVE_ON_DEMAND,
                 hash,
                 size_of::<LiveKey>(),
                 size_of::<LiveBlock>(),
@@ -1118,6 +1390,10 @@ mod tests {
                 "map {name:?}: (map type, key bytes, value bytes)"
             );
         }
+        // The live blocks: the first ones preallocated, the rest allocated on demand.
+        let no_prealloc = |name: &str| object.maps[name].map_flags() & BPF_F_NO_PREALLOC != 0;
+        assert!(!no_prealloc(map_names::LIVE));
+        assert!(no_prealloc(map_names::LIVE_ON_DEMAND));
     }
 
     /// Every program the loader loads and attaches, with the program type it loads it

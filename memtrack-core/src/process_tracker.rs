@@ -8,7 +8,7 @@ use memtrack_common::TrackState;
 
 use crate::{
     error::Result,
-    follow::{Follower, Root},
+    follow::{Follower, Starting},
     loader::ProbeInfo,
     process::TrackedProcess,
     shared::{ExitStatus, Shared},
@@ -42,8 +42,8 @@ pub struct ProcessTracker {
 impl ProcessTracker {
     /// Starts following from `root` with the loaded programs of `shared`; returns once
     /// the root process is probed and running.
-    pub(crate) fn follow(shared: Arc<Shared>, root: Root) -> Result<ProcessTracker> {
-        let (follower, pid) = Follower::start(shared.clone(), root)?;
+    pub(crate) fn follow(shared: Arc<Shared>, starting: Starting) -> Result<ProcessTracker> {
+        let (follower, pid) = starting.finish(shared.clone())?;
         Ok(ProcessTracker {
             shared,
             pid,

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, TrackState};
+use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, TrackState};
 
 use crate::{
     error::{Error, Result},
-    follow::Root,
-    loader::{Engine, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
+    follow::{Follower, Root},
+    loader::{Engine, HookProgram, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
     output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
@@ -35,6 +35,7 @@ pub enum Scope {
 #[derive(Clone, Debug)]
 pub struct TrackerBuilder {
     max_live_blocks: u32,
+    preallocated_live_blocks: u32,
     start_enabled: bool,
     placement: ProbePlacement,
     links: UprobeLinks,
@@ -46,6 +47,7 @@ impl Default for TrackerBuilder {
     fn default() -> Self {
         TrackerBuilder {
             max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
+            preallocated_live_blocks: DEFAULT_PREALLOCATED_LIVE_BLOCKS,
             start_enabled: true,
             placement: ProbePlacement::default(),
             links: UprobeLinks::default(),
@@ -56,13 +58,31 @@ impl Default for TrackerBuilder {
 }
 
 impl TrackerBuilder {
-    /// Capacity of the kernel's live-block map, shared by all tracked processes: 1 to
-    /// [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576, which reserves about 104 MiB of kernel
-    /// memory when the tracker loads, [`live_map_bytes`](crate::live_map_bytes)). A full map is counted in
+    /// How many blocks can be live at once in the kernel's live-block maps, shared by all
+    /// tracked processes: 1 to [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576). The first
+    /// [`preallocated_live_blocks`](Self::preallocated_live_blocks) of them are reserved
+    /// when the tracker loads, the others' entries allocated as blocks go live, their hash
+    /// buckets (16 bytes a block) reserved at load ([`live_map_bytes`](crate::live_map_bytes):
+    /// by default 22.5 MiB at load, 6.5 MiB of preallocated entries and 16 MiB of
+    /// buckets, and at most 90 MiB more). More live blocks than this are counted in
     /// `lost_events`, never silent. A capacity out of range makes building the tracker
     /// fail with [`Error::MaxLiveBlocks`].
     pub fn max_live_blocks(mut self, blocks: u32) -> Self {
         self.max_live_blocks = blocks;
+        self
+    }
+
+    /// How many of the [`max_live_blocks`](Self::max_live_blocks) have their kernel
+    /// entries preallocated, in blocks (default 524,288; at least 1; more than
+    /// `max_live_blocks` counts as all of them). Preallocated entries are reserved and
+    /// zeroed when the tracker loads, 104 bytes per block (about 23 ns of start-up per
+    /// block here, 12 ms for the default, against 12 ns per block for the hash buckets
+    /// of the others, made at the same time on another thread), and are the cheapest per allocator call; the blocks live beyond
+    /// them get entries the kernel allocates on demand, which cost more per allocation
+    /// and release of such a block (BENCHMARKS.md), and no memory until used. 0 makes
+    /// building the tracker fail with [`Error::PreallocatedLiveBlocks`].
+    pub fn preallocated_live_blocks(mut self, blocks: u32) -> Self {
+        self.preallocated_live_blocks = blocks;
         self
     }
 
@@ -114,20 +134,36 @@ impl TrackerBuilder {
         self
     }
 
-    /// Loads the eBPF programs with these settings.
-    fn shared(&self, enabled: bool) -> Result<Arc<Shared>> {
+    /// The settings' range checks, and whether this process and kernel can track at
+    /// all: what fails before anything is started.
+    fn check(&self) -> Result<()> {
         if !(1..=MAX_LIVE_BLOCKS).contains(&self.max_live_blocks) {
             return Err(Error::MaxLiveBlocks {
                 requested: self.max_live_blocks,
                 max: MAX_LIVE_BLOCKS,
             });
         }
+        if self.preallocated_live_blocks == 0 {
+            return Err(Error::PreallocatedLiveBlocks {
+                max: MAX_LIVE_BLOCKS,
+            });
+        }
+        crate::privileges::check()?;
+        crate::privileges::check_kernel()
+    }
+
+    /// Loads the eBPF programs with these settings; `on_hook` gets the loader hook's
+    /// program as soon as it is verified (see [`Follower::begin`]).
+    fn shared(&self, enabled: bool, on_hook: &(dyn Fn(HookProgram) + Sync)) -> Result<Arc<Shared>> {
+        self.check()?;
         let engine = Engine::load(
             self.max_live_blocks,
+            self.preallocated_live_blocks,
             self.placement,
             self.links,
             self.count_syscalls,
             self.stacks,
+            on_hook,
         )?;
         Ok(Arc::new(Shared::new(engine, self.count_syscalls, enabled)))
     }
@@ -136,7 +172,7 @@ impl TrackerBuilder {
     /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
     /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
     pub fn build(self, scope: Scope) -> Result<Tracker> {
-        Tracker::attach_self(self.shared(false)?, scope)
+        Tracker::attach_self(self.shared(false, &|_| {})?, scope)
     }
 
     /// Starts `command` held stopped before its exec, probes it, and lets it run; every
@@ -144,9 +180,16 @@ impl TrackerBuilder {
     /// at the command's first instruction unless [`start_enabled(false)`](Self::start_enabled).
     pub fn spawn(self, command: impl Into<CommandSpec>) -> Result<ProcessTracker> {
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled)?;
+        self.check()?;
+        let _ = std::thread::Builder::new()
+            .name("memtrack-libc".into())
+            .spawn(memtrack_targets::prefetch_expected_targets);
+        // The command's fork and exec overlap the loading (the kernel holds it at its
+        // exec stop until the probes are in place); a failed load kills it there.
+        let starting = Follower::begin(Root::Spawn(command.into()))?;
+        let shared = self.shared(self.start_enabled, &starting.hook_handoff())?;
         crate::hold::load_gate();
-        ProcessTracker::follow(shared, Root::Spawn(command.into()))
+        ProcessTracker::follow(shared, starting)
     }
 
     /// Tracks a running process and every process it starts from now on. Calls made
@@ -163,8 +206,8 @@ impl TrackerBuilder {
             ));
         }
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled)?;
-        ProcessTracker::follow(shared, Root::Attach(pid))
+        let shared = self.shared(self.start_enabled, &|_| {})?;
+        ProcessTracker::follow(shared, Follower::begin(Root::Attach(pid))?)
     }
 }
 

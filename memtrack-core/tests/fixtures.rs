@@ -9,32 +9,18 @@
 use std::{io::Read, os::fd::AsRawFd};
 
 use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Stats, Tracker, UprobeLinks};
-use memtrack_test_support::{diff, expected, fixture, require_privileges};
+use memtrack_test_support::{check_single_fixture, diff, expected, fixture, require_privileges};
 
 /// Runs a single-process fixture from exec to exit and checks it.
 fn check_single(name: &str, placement: ProbePlacement, links: UprobeLinks) {
     if !require_privileges(name) {
         return;
     }
-    let tracker = Tracker::builder()
-        .probe_placement(placement)
-        .uprobe_links(links)
-        .spawn(CommandSpec::new(fixture(name)))
-        .unwrap();
-    let status = tracker.wait().unwrap();
-    let spec = &expected()["fixtures"][name];
-    assert_eq!(
-        status.code,
-        spec["exit_code"].as_i64().map(|c| c as i32),
-        "{name} exit status"
-    );
-    let processes = tracker.collect_processes().unwrap();
-    assert_eq!(processes.len(), 1, "{name}: {processes:#?}");
-    let differences = diff(&processes[0].stats, &spec["processes"]["main"]);
-    assert!(
-        differences.is_empty(),
-        "{name}: {differences:#?}\n{:#?}",
-        processes[0].stats
+    check_single_fixture(
+        Tracker::builder()
+            .probe_placement(placement)
+            .uprobe_links(links),
+        name,
     );
 }
 
@@ -412,4 +398,56 @@ fn a_process_in_another_mount_namespace_is_probed_there() {
         "{:#?}",
         process.probes
     );
+}
+
+/// At a command's exec stop memtrack probes the C library it runs with itself, before
+/// the loader maps it (memtrack_targets::expected_targets: one uprobe registration wait
+/// per exec instead of two). A program that loads another copy of the library
+/// (LD_LIBRARY_PATH) must be probed in that copy, counted exactly once per call, and the
+/// unused guess never reported as a probe.
+#[test]
+fn a_program_loading_another_copy_of_libc_is_probed_in_the_copy_alone() {
+    let test = "a_program_loading_another_copy_of_libc_is_probed_in_the_copy_alone";
+    if !root_and_privileges(test) {
+        return;
+    }
+    let name = "malloc_free";
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(name);
+    let libs = copy_libraries(&exe, dir.path());
+    let libc = libs
+        .iter()
+        .find(|l| l.to_string_lossy().contains("libc.so"))
+        .unwrap();
+    let copy = dir.path().join(libc.strip_prefix("/").unwrap());
+    let tracker = Tracker::builder()
+        .spawn(CommandSpec::new(&exe).env("LD_LIBRARY_PATH", copy.parent().unwrap()))
+        .unwrap();
+    assert_eq!(tracker.wait().unwrap().code, Some(0));
+    let process = check_final_image(&tracker, &exe.to_string_lossy(), name);
+    let libc_probes: Vec<_> = process
+        .probes
+        .iter()
+        .filter(|p| {
+            p.object
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+        })
+        .collect();
+    let copy = std::fs::canonicalize(&copy).unwrap();
+    assert!(!libc_probes.is_empty(), "{:#?}", process.probes);
+    for probe in &libc_probes {
+        assert_eq!(
+            std::fs::canonicalize(&probe.object).unwrap(),
+            copy,
+            "{:#?}",
+            process.probes
+        );
+    }
+    // One probe per function: the guess was not reported beside the copy's.
+    let mut functions: Vec<_> = libc_probes.iter().map(|p| &p.function).collect();
+    let count = functions.len();
+    functions.sort();
+    functions.dedup();
+    assert_eq!(functions.len(), count, "{:#?}", process.probes);
 }

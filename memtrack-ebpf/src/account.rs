@@ -14,13 +14,22 @@ use memtrack_common::{
 use crate::{
     atomics,
     global_count::global_bump,
-    maps::{LIVE, SLOTS, STATS, THREADS, TRACKED},
+    maps::{GLOBAL, LIVE, LIVE_ON_DEMAND, SLOTS, STATS, THREADS, TRACKED},
 };
 
 /// `BPF_NOEXIST`: insert only if the key is absent.
 const BPF_NOEXIST: u64 = 1;
 /// `EEXIST`, which a refused `BPF_NOEXIST` insert returns negated.
 const EEXIST: i32 = 17;
+/// `E2BIG`, which an insert into a full hash map returns negated.
+const E2BIG: i32 = 7;
+
+/// 1 when `LIVE_ON_DEMAND` has capacity (user space asked for more live blocks than
+/// `LIVE` preallocates), else 0. A read-only global that user space sets before loading
+/// (`memtrack_common::LIVE_ON_DEMAND_GLOBAL`): the verifier reads it as a constant, so
+/// with 0 every use of `LIVE_ON_DEMAND` is pruned from the programs.
+#[unsafe(no_mangle)]
+static HAS_LIVE_ON_DEMAND: u32 = 0;
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
 #[inline(always)]
@@ -290,7 +299,7 @@ fn size_bucket(size: u64) -> usize {
     n + 1
 }
 
-/// The `LIVE` key of the block at `addr` of process `tgid`.
+/// The `LIVE` (and `LIVE_ON_DEMAND`) key of the block at `addr` of process `tgid`.
 #[inline(always)]
 fn live_key(tgid: u32, addr: u64) -> LiveKey {
     LiveKey {
@@ -300,13 +309,106 @@ fn live_key(tgid: u32, addr: u64) -> LiveKey {
     }
 }
 
+// The live blocks are in two maps (maps.rs says why): `LIVE`, preallocated, and
+// `LIVE_ON_DEMAND`, which takes a block only when an insert into `LIVE` finds it full.
+//
+// The invariant: an address is never in both maps. Entries of one key are only made by
+// `put_live` for that key, which first looks in both maps (in `LIVE_ON_DEMAND` whenever
+// it may hold an entry: `on_demand_in_use`), revives or replaces what it finds there,
+// inserts into `LIVE` only when neither has the key, and into `LIVE_ON_DEMAND` only
+// when `LIVE` refused that insert for being full. No two `put_live` calls for one key
+// overlap: an allocation's return program runs before the allocator's caller sees the
+// address, so before any release of the block and before the allocator can hand the
+// address to another thread (a failed realloc restores a block its caller still owns).
+// The one thing that can run on the same key meanwhile is the deletion of a tombstone
+// by the thread that released it last (`flush_released`), which only removes, and
+// which `put_live` waits for (`LiveBlock::DELETING`). So every lookup may stop at the
+// first map that has the key.
+//
+// Looking into `LIVE_ON_DEMAND` costs a hash lookup, so it is skipped while the map is
+// empty: the programs count its entries in GLOBAL (`LIVE_ON_DEMAND_COUNT`, raised before
+// an insert and lowered after a deletion; user space counts its own deletions apart in
+// `LIVE_ON_DEMAND_PURGED`), so the difference is never below what it holds. An entry of
+// a key was inserted before the allocator handed the key out again, so the `put_live`
+// or release of that later block sees it counted. A program with fewer live blocks than
+// `LIVE` holds, or one whose extra blocks were all released again, makes no extra
+// lookup; a malloc+free pair never does (both find the entry in `LIVE`).
+
+/// Whether `LIVE_ON_DEMAND` has any capacity (see [`HAS_LIVE_ON_DEMAND`]).
+#[inline(always)]
+fn has_on_demand() -> bool {
+    // SAFETY: reading a global; volatile keeps the compiler from folding the 0.
+    unsafe { core::ptr::read_volatile(&HAS_LIVE_ON_DEMAND) != 0 }
+}
+
+/// Whether `LIVE_ON_DEMAND` may hold entries now (two array reads, which the verifier
+/// inlines; no map call).
+#[inline(always)]
+fn on_demand_in_use() -> bool {
+    if !has_on_demand() {
+        return false;
+    }
+    let (Some(count), Some(purged)) = (
+        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_COUNT),
+        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_PURGED),
+    ) else {
+        // Cannot happen (the slots are below the array's size); looking is always safe.
+        return true;
+    };
+    atomics::load(count).wrapping_sub(atomics::load(purged)) != 0
+}
+
+/// The entry of `key`, in `LIVE` or else (while it may hold any) in `LIVE_ON_DEMAND`,
+/// and whether it is `LIVE_ON_DEMAND`'s.
+#[inline(always)]
+fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, bool)> {
+    if let Some(v) = LIVE.get_ptr_mut(key) {
+        return Some((v, false));
+    }
+    if on_demand_in_use()
+        && let Some(v) = LIVE_ON_DEMAND.get_ptr_mut(key)
+    {
+        return Some((v, true));
+    }
+    None
+}
+
+/// Inserts `value` at `key` into `LIVE_ON_DEMAND` (`LIVE` is full), counted first.
+#[inline(always)]
+fn insert_on_demand(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
+    let count = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT);
+    if let Some(c) = count {
+        atomics::add(c, 1);
+    }
+    let inserted = LIVE_ON_DEMAND.insert(key, value, BPF_NOEXIST);
+    if inserted.is_err()
+        && let Some(c) = count
+    {
+        atomics::sub(c, 1);
+    }
+    inserted
+}
+
+/// Deletes the entry of `key` from its map (`on_demand`: `LIVE_ON_DEMAND`, uncounted
+/// after the deletion).
+#[inline(always)]
+fn delete_live(key: &LiveKey, on_demand: bool) {
+    if !on_demand {
+        let _ = LIVE.remove(key);
+    } else if LIVE_ON_DEMAND.remove(key).is_ok()
+        && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT)
+    {
+        atomics::sub(c, 1);
+    }
+}
+
 /// Attempts to record a block whose entry another CPU is deleting (a few hundred ns)
 /// before a lost event is counted. The verifier walks every iteration of every bounded
 /// loop: more attempts cost start-up time.
 const PUT_TRIES: usize = 4;
 
-/// Deletes the `LIVE` entry this thread released last and left behind as a tombstone,
-/// unless it is the block at `keep` (about to be handed out again, or released again).
+/// Deletes the live-map entry this thread released last and left behind as a tombstone
+/// (in `LIVE` or `LIVE_ON_DEMAND`), unless it is the block at `keep` (about to be handed out again, or released again).
 ///
 /// Why deletions are deferred: a hash map insert and delete are the dearest part of a
 /// call (kernel functions taking the bucket's lock and the element free list), and most
@@ -330,27 +432,29 @@ fn flush_released(t: &Thread, keep: u64) {
         }
         (*t.state).released = 0;
         let key = live_key(t.tgid(), addr);
-        if let Some(v) = LIVE.get_ptr_mut(&key)
+        if let Some((v, on_demand)) = find_live(&key)
             && atomics::swap(&raw mut (*v).size, LiveBlock::RELEASED, LiveBlock::DELETING)
         {
-            let _ = LIVE.remove(&key);
+            delete_live(&key, on_demand);
         }
     }
 }
 
-/// Makes `block` live at `addr`: revives its tombstone in place, or inserts it. False
-/// when it could not be recorded (a full live map).
+/// Makes `block` live at `addr`: revives its tombstone in place (in whichever map holds
+/// it), or inserts it into `LIVE`, or into `LIVE_ON_DEMAND` when `LIVE` is full. False
+/// when it could not be recorded (both full). The invariant it keeps, an address in at
+/// most one map, is explained above [`has_on_demand`].
 #[inline(always)]
 fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
     let key = live_key(t.tgid(), addr);
     // Sizes that large cannot be handed out; they would read as a state.
     let size = block.size.min(LiveBlock::DELETING - 1);
     for _ in 0..PUT_TRIES {
-        match LIVE.get_ptr_mut(&key) {
+        match find_live(&key) {
             // SAFETY: the value pointer is valid for the program's run. The stack is
             // written after the size's swap: no release of the block can come before
             // this call returns to the program.
-            Some(v) => unsafe {
+            Some((v, _)) => unsafe {
                 let word = &raw mut (*v).size;
                 let old = atomics::load(word);
                 if old == LiveBlock::DELETING {
@@ -373,7 +477,11 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
             },
             None => {
                 let value = LiveBlock { size, ..*block };
-                match LIVE.insert(&key, &value, BPF_NOEXIST) {
+                let inserted = match LIVE.insert(&key, &value, BPF_NOEXIST) {
+                    Err(e) if e == -E2BIG && has_on_demand() => insert_on_demand(&key, &value),
+                    other => other,
+                };
+                match inserted {
                     Ok(()) => return true,
                     // Inserted meanwhile (a deletion ended between the lookup and
                     // here): look again.
@@ -387,10 +495,12 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
 }
 
 /// Makes the block at `addr` live (see [`put_live`]) after deleting this thread's
-/// tombstone of another address; counts a lost event when the live map is full (this
-/// block's free will then show as unmatched: never silent).
+/// tombstone of another address; counts a lost event when the live maps are full (this
+/// block's free will then show as unmatched: never silent). Called only through the
+/// global function `verified_once::make_live` (verified once: [`put_live`]'s tries are
+/// the largest part of what the verifier walks).
 #[inline(always)]
-fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
+pub fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
     flush_released(t, addr);
     // SAFETY: the thread state is this thread's own.
     unsafe {
@@ -404,24 +514,27 @@ fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
     }
 }
 
-/// A block of `size` requested bytes was handed out at `addr` by `func`, from stack
-/// `stack` (`memtrack_common::stacks::NO_STACK` with stacks off).
+/// A block of `size` requested bytes handed out from stack `stack`
+/// (`memtrack_common::stacks::NO_STACK` with stacks off), charged to its stack's
+/// counters: what its live-map entry holds (see [`make_live`] and [`count_alloc`], the
+/// other two steps of recording an allocation).
 #[inline(always)]
-pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, addr: u64, size: u64) {
+pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> LiveBlock {
     // The stack the block is charged to, and released from: lost when its counters
     // could not be created.
     let (stack, born_ns) = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
-    make_live(
-        t,
-        stats,
-        addr,
-        &LiveBlock {
-            size,
-            stack,
-            _pad: 0,
-            born_ns,
-        },
-    );
+    LiveBlock {
+        size,
+        stack,
+        _pad: 0,
+        born_ns,
+    }
+}
+
+/// Counts a block of `size` requested bytes handed out by `func` (after [`new_block`]
+/// and [`make_live`]).
+#[inline(always)]
+pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
         atomics::add(&raw mut (*stats).alloc_calls, 1);
@@ -462,7 +575,7 @@ pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, add
 #[inline(always)]
 pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
     flush_released(t, addr);
-    let v = LIVE.get_ptr_mut(&live_key(t.tgid(), addr))?;
+    let (v, _) = find_live(&live_key(t.tgid(), addr))?;
     // SAFETY (whole block): the value pointer is valid for the program's run; the
     // thread state is this thread's own.
     unsafe {
@@ -507,13 +620,6 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
             (*p).flags |= pending_flags::OLD_KNOWN;
         }
     }
-}
-
-/// Puts a block back into the live map (a realloc that failed keeps its old block, and
-/// its stack's counters were never changed).
-#[inline(always)]
-pub fn restore_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
-    make_live(t, stats, addr, block);
 }
 
 /// A known block of `size` bytes was released; `credit` is the free-like function's

@@ -14,8 +14,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
 };
 use memtrack_common::{
-    DEFAULT_MAX_LIVE_BLOCKS, LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot,
-    ThreadState, global, ld_hook,
+    DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, LiveBlock, LiveKey,
+    MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, ThreadState, global, ld_hook,
     stacks::{
         KernelStackCounts, LastStack, ProcessMappings, RowCache, StackKey, StackWindow, WalkState,
     },
@@ -24,7 +24,7 @@ use memtrack_common::{
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated when inserted. For maps only user space
 /// inserts into: creating a preallocated map costs start-up time, and lookups, the only
-/// thing the programs do with these, cost the same.
+/// thing the programs do with these, cost the same (and for `LIVE_ON_DEMAND`, below).
 const NO_PREALLOC: u32 = BPF_F_NO_PREALLOC;
 
 /// slot -> the process owning it and whether it is counted. Written by user space.
@@ -43,14 +43,35 @@ pub static STATS: Array<PidStats> = Array::with_max_entries(MAX_TRACKED_PROCESSE
 
 /// (tgid, address) -> requested size in bytes and stack id of every live block allocated
 /// while tracked (and, briefly, the last block each thread released: see
-/// `account::flush_released`).
-/// User space may resize it before loading. Preallocated: creating it costs about 40 ms
-/// of the tracker's start-up for a million entries, but without preallocation (the
-/// kernel's BPF allocator) malloc and free cost 30-70% more per call with blocks live
-/// (measured, BENCHMARKS.md); calls outnumber trackers by far.
+/// `account::flush_released`), in two maps: this one, preallocated, holds the first
+/// blocks (`memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS` unless user space resizes
+/// it before loading), [`LIVE_ON_DEMAND`] the rest. An address is in at most one of them
+/// (`account::put_live` says why).
+///
+/// Why two: a preallocated map's entries are all reserved and zeroed when it is created,
+/// about 104 bytes a block, which for a million blocks was 40-50 ms of every tracker's
+/// start-up (and more under load); without preallocation (the kernel's BPF allocator)
+/// malloc and free cost 30-70% more per call with blocks live (measured,
+/// BENCHMARKS.md), and calls outnumber trackers by far. So the blocks most programs
+/// ever hold live get the cheap entries, reserved quickly, and only a program holding
+/// more pays for entries allocated on demand.
 #[map]
 pub static LIVE: HashMap<LiveKey, LiveBlock> =
-    HashMap::with_max_entries(DEFAULT_MAX_LIVE_BLOCKS, 0);
+    HashMap::with_max_entries(DEFAULT_PREALLOCATED_LIVE_BLOCKS, 0);
+
+/// The live blocks [`LIVE`] has no room for: inserted only when an insert into `LIVE`
+/// finds it full, and looked up only while it may hold entries (counted in `GLOBAL`,
+/// `memtrack_common::global::LIVE_ON_DEMAND_COUNT`), so that a program with fewer live
+/// blocks than `LIVE` holds makes no extra lookup. Not preallocated: only its bucket
+/// array is made at load (16 bytes per bucket), each entry when a block goes live.
+/// Sized by user space to the rest of the capacity (`max_live_blocks` minus `LIVE`'s),
+/// so that together they hold exactly that many; with nothing left it keeps one entry
+/// and the `HAS_LIVE_ON_DEMAND` global (account.rs) is 0: no program touches it.
+#[map]
+pub static LIVE_ON_DEMAND: HashMap<LiveKey, LiveBlock> = HashMap::with_max_entries(
+    DEFAULT_MAX_LIVE_BLOCKS - DEFAULT_PREALLOCATED_LIVE_BLOCKS,
+    NO_PREALLOC,
+);
 
 /// Counters not attributable to one process, indexed by `memtrack_common::global`.
 #[map]

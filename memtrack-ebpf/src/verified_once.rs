@@ -29,9 +29,10 @@ fn thread(state: *mut ThreadState) -> Thread {
     }
 }
 
-/// `account::record_alloc` of a block of `size` bytes at `addr`; `func_stack` holds the
-/// function's counter slot in its low half and the stack id in its high half (a global
-/// function takes at most five arguments). Returns 0.
+/// Records a block of `size` bytes handed out at `addr`: `account::new_block`,
+/// [`make_live`], `account::count_alloc`; `func_stack` holds the function's counter slot
+/// in its low half and the stack id in its high half (a global function takes at most
+/// five arguments). Returns 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn memtrack_record_alloc(
@@ -45,14 +46,10 @@ pub extern "C" fn memtrack_record_alloc(
         return 0;
     }
     let t = thread(state);
-    account::record_alloc(
-        &t,
-        stats,
-        func_stack as u32,
-        (func_stack >> 32) as u32,
-        addr,
-        size,
-    );
+    let func = func_stack as u32;
+    let block = account::new_block(&t, stats, (func_stack >> 32) as u32, size);
+    make_live(&t, stats, addr, &block);
+    account::count_alloc(stats, func, size);
     0
 }
 
@@ -66,6 +63,34 @@ pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, add
         addr,
         size,
     );
+}
+
+/// `account::make_live`: puts `block` into the live maps at `addr` (an allocation's new
+/// block, or the old block of a realloc that failed). Its own global function because
+/// both [`memtrack_record_alloc`] and [`memtrack_realloc_return`] need it: inlined, the
+/// verifier walked its tries twice in the return program. Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_make_live(
+    state: *mut ThreadState,
+    stats: *mut PidStats,
+    addr: u64,
+    block: *const LiveBlock,
+) -> i32 {
+    if state.is_null() || stats.is_null() || block.is_null() {
+        return 0;
+    }
+    // SAFETY: block is not NULL and points to a whole LiveBlock (the verifier checked
+    // its size at the call).
+    let block = unsafe { *block };
+    account::make_live(&thread(state), stats, addr, &block);
+    0
+}
+
+/// See [`memtrack_make_live`].
+#[inline(always)]
+fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
+    memtrack_make_live(t.state, stats, addr, block);
 }
 
 /// `account::release` of the non-NULL `ptr` by `func`, whose entry stack pointer is
@@ -169,7 +194,8 @@ fn realloc_return_body(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) 
     } else {
         account::count_failure(stats, p.func);
         if known {
-            account::restore_live(t, stats, p.ptr, &old_block(p));
+            // Back into the live maps; its stack's counters were never changed.
+            make_live(t, stats, p.ptr, &old_block(p));
         }
     }
 }

@@ -65,4 +65,6 @@ pub use error::Error;
 pub use iced_x86::Register;
 pub use maps::{MappedObject, MappingKind, MapsLine, Perms, mapped_objects, parse_maps, read_maps};
 pub use probe_site::{ProbeSite, choose_entry_site, entry_site};
-pub use process::{ProcessTargets, SkippedObject, process_targets};
+pub use process::{
+    ProcessTargets, SkippedObject, expected_targets, prefetch_expected_targets, process_targets,
+};

@@ -68,15 +68,10 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
             });
             continue;
         }
-        match cached_targets(&object) {
+        match object_targets(&object) {
             Ok(targets) => {
-                let forwards = forwards_cxx_operators(&object.path);
                 result.objects_scanned.push(object.path);
-                result.targets.extend(
-                    targets
-                        .into_iter()
-                        .filter(|t| !(forwards && t.function.is_cxx_operator())),
-                );
+                result.targets.extend(targets);
             }
             Err(e) => result.skipped.push(SkippedObject {
                 path: object.path,
@@ -100,6 +95,91 @@ pub fn process_targets(pid: u32) -> Result<ProcessTargets, Error> {
         });
     }
     Ok(result)
+}
+
+/// The probe targets of one mapped object: its allocator functions, less the C++
+/// operators that only forward to `malloc`/`free` ([`forwards_cxx_operators`]).
+fn object_targets(object: &crate::MappedObject) -> Result<Vec<ProbeTarget>, Error> {
+    let forwards = forwards_cxx_operators(&object.path);
+    let mut targets = cached_targets(object)?;
+    targets.retain(|t| !(forwards && t.function.is_cxx_operator()));
+    Ok(targets)
+}
+
+/// The allocator functions a process stopped at its exec will most likely map once
+/// its dynamic loader has run: when that loader is the file this process (memtrack)
+/// runs under, the C library this process maps. A program finds `libc.so.6` through
+/// the same loader and the same search path in nearly every case, and probing it
+/// before the loader maps it lets the kernel register all of the exec's uprobes at
+/// once: the first registration after an idle moment waits for an RCU grace period
+/// (7-17 ms on the hosts measured), later ones in the same moment do not. A wrong
+/// guess costs an unused probe and nothing else: uprobes belong to a file, and a
+/// file the process never maps never fires. Empty when nothing can be guessed (a
+/// static executable, another loader, a process in another mount namespace).
+pub fn expected_targets(pid: u32) -> Vec<ProbeTarget> {
+    let Some(own) = own_runtime() else {
+        return Vec::new();
+    };
+    let Ok(objects) = mapped_objects(pid) else {
+        return Vec::new();
+    };
+    if !objects
+        .iter()
+        .any(|o| !o.deleted && (o.dev, o.inode) == own.loader)
+    {
+        return Vec::new();
+    }
+    own.libraries
+        .iter()
+        .filter_map(|o| object_targets(o).ok())
+        .flatten()
+        .collect()
+}
+
+/// Reads this process's loader and C library, parses the library's allocator
+/// functions (what [`expected_targets`] returns) and decodes their first instructions
+/// once (which builds the instruction decoder's and formatter's tables), so that the
+/// first exec stop does not wait for any of it: for a thread started while the tracker
+/// loads.
+pub fn prefetch_expected_targets() {
+    if let Some(own) = own_runtime() {
+        for object in &own.libraries {
+            for target in object_targets(object).unwrap_or_default() {
+                let _ = crate::entry_site(&target.object, &target);
+            }
+        }
+    }
+}
+
+/// This process's dynamic loader (device and inode) and C library.
+struct OwnRuntime {
+    loader: ((u32, u32), u64),
+    libraries: Vec<crate::MappedObject>,
+}
+
+fn own_runtime() -> Option<&'static OwnRuntime> {
+    static OWN: std::sync::OnceLock<Option<OwnRuntime>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        let objects = mapped_objects(std::process::id()).ok()?;
+        let named = |o: &crate::MappedObject, prefix: &str| {
+            !o.deleted
+                && o.path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+        };
+        let loader = objects.iter().find(|o| named(o, "ld-"))?;
+        let libraries: Vec<_> = objects
+            .iter()
+            .filter(|o| named(o, "libc.so"))
+            .cloned()
+            .collect();
+        Some(OwnRuntime {
+            loader: (loader.dev, loader.inode),
+            libraries,
+        })
+    })
+    .as_ref()
 }
 
 /// The executable of `pid` if it is a 32-bit ELF file (`ELFCLASS32` in its header).

@@ -34,6 +34,30 @@ pub fn expected() -> &'static serde_json::Value {
     })
 }
 
+/// Spawns the single-process fixture `name` with `builder`, waits for it, and checks its
+/// exit status and every counter against tests/fixtures/expected.json (panics on a
+/// difference). The caller checks privileges first.
+pub fn check_single_fixture(builder: memtrack::TrackerBuilder, name: &str) {
+    let tracker = builder
+        .spawn(memtrack::CommandSpec::new(fixture(name)))
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    let spec = &expected()["fixtures"][name];
+    assert_eq!(
+        status.code,
+        spec["exit_code"].as_i64().map(|c| c as i32),
+        "{name} exit status"
+    );
+    let processes = tracker.collect_processes().unwrap();
+    assert_eq!(processes.len(), 1, "{name}: {processes:#?}");
+    let differences = diff(&processes[0].stats, &spec["processes"]["main"]);
+    assert!(
+        differences.is_empty(),
+        "{name}: {differences:#?}\n{:#?}",
+        processes[0].stats
+    );
+}
+
 /// Compares every counter of `stats` with an expectation (`totals` and `functions`)
 /// and returns the differences (empty: exact match).
 pub fn diff(stats: &memtrack::Stats, expected: &serde_json::Value) -> Vec<String> {

@@ -3,7 +3,7 @@
 
 mod fixtures;
 
-pub use fixtures::{diff, expected, fixture};
+pub use fixtures::{check_single_fixture, diff, expected, fixture};
 
 use std::{
     io::Write,

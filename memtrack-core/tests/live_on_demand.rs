@@ -1,0 +1,239 @@
+//! Live blocks beyond the preallocated ones (`TrackerBuilder::preallocated_live_blocks`)
+//! go to the kernel's second live-block map, whose entries are allocated on demand:
+//! counted exactly all the same, through releases, reallocs and failed reallocs of
+//! blocks in either map, and the capacity stays exactly `max_live_blocks`.
+
+use memtrack::{Scope, Stats, Tracker, testing::test_tracker};
+use memtrack_test_support::{check_single_fixture, require_privileges};
+
+/// Blocks held live at once by the in-process tests, against 1,024 preallocated.
+const LIVE: usize = 5000;
+const PREALLOCATED: u32 = 1024;
+
+/// The size of the `i`-th block.
+fn size_of_block(i: usize) -> usize {
+    16 + i % 100
+}
+
+/// What the workload of [`hold_then_churn`] must count.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Expected {
+    alloc_calls: u64,
+    free_calls: u64,
+    bytes_allocated: u64,
+    bytes_freed: u64,
+    failed_allocs: u64,
+    peak_live_bytes: u64,
+}
+
+/// Allocates [`LIVE`] blocks (the first ones fill the preallocated map, the rest go on
+/// demand), then: frees every third; grows every fifth of those left by realloc (a new
+/// address, the old block released) and shrinks every seventh (often in place: the
+/// same address comes back); a realloc that fails (the old block stays live, restored
+/// to its map); allocates 500 new blocks (at freed addresses, whose entries may still
+/// be tombstones in either map); then frees everything. Only libc calls between start
+/// and stop: the pointers live in `slots`, allocated before. Returns what it must count.
+fn hold_then_churn(slots: &mut Vec<(*mut libc::c_void, usize)>) -> Expected {
+    let mut e = Expected::default();
+    let mut live = 0u64;
+    let grow_live = |live: &mut u64, e: &mut Expected, by: u64| {
+        *live += by;
+        e.peak_live_bytes = e.peak_live_bytes.max(*live);
+    };
+    for i in 0..LIVE {
+        let n = size_of_block(i);
+        // SAFETY: plain libc allocation.
+        let p = unsafe { libc::malloc(n) };
+        assert!(!p.is_null());
+        slots.push((p, n));
+        e.alloc_calls += 1;
+        e.bytes_allocated += n as u64;
+        grow_live(&mut live, &mut e, n as u64);
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            // SAFETY: a block from malloc above, freed once.
+            unsafe { libc::free(slot.0) };
+            e.free_calls += 1;
+            e.bytes_freed += slot.1 as u64;
+            live -= slot.1 as u64;
+            *slot = (std::ptr::null_mut(), 0);
+        }
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.0.is_null() {
+            continue;
+        }
+        let new = if i % 5 == 1 {
+            slot.1 + 4096
+        } else if i % 7 == 2 {
+            slot.1 / 2 + 1
+        } else {
+            continue;
+        };
+        // A resize: the old block released, a new one handed out (DHAT's rules).
+        e.free_calls += 1;
+        e.bytes_freed += slot.1 as u64;
+        live -= slot.1 as u64;
+        // SAFETY: a live block from malloc or realloc.
+        let q = unsafe { libc::realloc(slot.0, new) };
+        assert!(!q.is_null());
+        *slot = (q, new);
+        e.alloc_calls += 1;
+        e.bytes_allocated += new as u64;
+        grow_live(&mut live, &mut e, new as u64);
+    }
+    // A realloc that fails keeps its old block: the last one, which went on demand.
+    let last = slots.iter().rev().find(|s| !s.0.is_null()).unwrap().0;
+    // SAFETY: a live block; the size is refused (above PTRDIFF_MAX), the block kept.
+    let failed = unsafe { libc::realloc(last, usize::MAX / 2 + 1) };
+    assert!(failed.is_null());
+    e.failed_allocs += 1;
+    for i in 0..500 {
+        let n = size_of_block(i) + 8;
+        // SAFETY: plain libc allocation.
+        let p = unsafe { libc::malloc(n) };
+        assert!(!p.is_null());
+        slots.push((p, n));
+        e.alloc_calls += 1;
+        e.bytes_allocated += n as u64;
+        grow_live(&mut live, &mut e, n as u64);
+    }
+    for slot in slots.iter_mut() {
+        if !slot.0.is_null() {
+            // SAFETY: a live block, freed once.
+            unsafe { libc::free(slot.0) };
+            e.free_calls += 1;
+            e.bytes_freed += slot.1 as u64;
+            live -= slot.1 as u64;
+            *slot = (std::ptr::null_mut(), 0);
+        }
+    }
+    assert_eq!(live, 0);
+    e
+}
+
+/// The counters of [`Expected`] in `stats`.
+fn measured(stats: &Stats) -> Expected {
+    Expected {
+        alloc_calls: stats.alloc_calls,
+        free_calls: stats.free_calls,
+        bytes_allocated: stats.bytes_allocated,
+        bytes_freed: stats.bytes_freed,
+        failed_allocs: stats.failed_allocs,
+        peak_live_bytes: stats.peak_live_bytes,
+    }
+}
+
+/// Counts [`hold_then_churn`] on this thread with a tracker holding `max` live blocks,
+/// `PREALLOCATED` of them preallocated.
+fn count_churn(test: &str, max: u32) -> Option<(Expected, Stats)> {
+    if !require_privileges(test) {
+        return None;
+    }
+    let mut tracker = test_tracker()
+        .max_live_blocks(max)
+        .preallocated_live_blocks(PREALLOCATED)
+        .build(Scope::Thread)
+        .unwrap();
+    let mut slots = Vec::with_capacity(LIVE + 500);
+    tracker.start().unwrap();
+    let expected = hold_then_churn(&mut slots);
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(tracker.unattributed_lost_events(), 0, "{test}");
+    Some((expected, stats))
+}
+
+/// 5,000 blocks live at once with 1,024 preallocated: every counter exact, none lost,
+/// through frees, reallocs (grown, shrunk, failed) and new blocks at freed addresses.
+#[test]
+fn blocks_beyond_the_preallocated_ones_count_exactly() {
+    let Some((expected, stats)) =
+        count_churn("blocks_beyond_the_preallocated_ones_count_exactly", 65_536)
+    else {
+        return;
+    };
+    assert_eq!(measured(&stats), expected, "{stats:#?}");
+    assert_eq!(
+        (stats.live_blocks, stats.live_bytes, stats.unmatched_frees),
+        (0, 0, 0),
+        "{stats:#?}"
+    );
+    assert_eq!(stats.lost_events, 0, "{stats:#?}");
+}
+
+/// The capacity is exactly `max_live_blocks`, preallocated part and on-demand part
+/// together: with room for 4,000 of the 5,000 blocks, exactly 1,000 are lost, and their
+/// frees are the unmatched ones; everything else is exact.
+#[test]
+fn a_full_live_map_with_blocks_on_demand_loses_exactly_the_excess() {
+    let test = "a_full_live_map_with_blocks_on_demand_loses_exactly_the_excess";
+    let Some((expected, stats)) = count_churn(test, 4000) else {
+        return;
+    };
+    let lost = (LIVE - 4000) as u64;
+    assert_eq!(stats.lost_events, lost, "{stats:#?}");
+    assert_eq!(stats.unmatched_frees, lost, "{stats:#?}");
+    assert_eq!(stats.alloc_calls, expected.alloc_calls, "{stats:#?}");
+    assert_eq!(stats.bytes_allocated, expected.bytes_allocated);
+    assert_eq!(stats.failed_allocs, expected.failed_allocs);
+    // A lost block's release is unmatched, so neither freed nor live, whatever the
+    // later churn did with its address.
+    assert_eq!(stats.free_calls, expected.free_calls - lost, "{stats:#?}");
+    assert_eq!(stats.bytes_freed + stats.live_bytes, expected.bytes_freed);
+    assert_eq!(stats.live_blocks, lost, "{stats:#?}");
+    // The lost blocks' bytes stay live (their releases are unmatched): a higher peak.
+    assert!(
+        stats.peak_live_bytes > expected.peak_live_bytes,
+        "{stats:#?}"
+    );
+}
+
+/// The DHAT-checked fixtures, with a single preallocated block: every block they keep
+/// live beyond their first goes on demand, across threads too.
+#[test]
+fn every_fixture_is_exact_with_one_preallocated_block() {
+    if !require_privileges("every_fixture_is_exact_with_one_preallocated_block") {
+        return;
+    }
+    for name in [
+        "malloc_free",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "aligned",
+        "aligned_small",
+        "leak",
+        "peak",
+        "double_free",
+        "thread_exit",
+        "threads",
+    ] {
+        check_single_fixture(Tracker::builder().preallocated_live_blocks(1), name);
+    }
+}
+
+/// 0 preallocated blocks is refused before anything is loaded; more than the capacity
+/// counts as all of it.
+#[test]
+fn the_preallocated_part_is_checked_and_clamped() {
+    let err = Tracker::builder()
+        .preallocated_live_blocks(0)
+        .build(Scope::Thread)
+        .err()
+        .expect("0 preallocated blocks must be refused");
+    assert_eq!(
+        err.to_string(),
+        "0 preallocated live blocks is impossible: the number must be 1 to 134217728 (more \
+         than the live-block capacity counts as all of it)"
+    );
+    let bytes = memtrack::live_map_bytes(1000, 1 << 20);
+    assert_eq!(bytes, memtrack::live_map_bytes(1000, 1000));
+    assert_eq!(bytes.on_demand, 0);
+    // The default: 524,288 preallocated (88 bytes each, 16 per bucket), the other
+    // 524,288 blocks' buckets (2^19 of them) at load, their entries on demand.
+    let default = memtrack::live_map_bytes(1 << 20, 1 << 19);
+    assert_eq!(default.at_load, (1 << 19) * (88 + 16) + (1 << 19) * 16);
+    assert_eq!(default.on_demand, 524_288 * 96);
+}
