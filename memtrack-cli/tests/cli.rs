@@ -445,3 +445,123 @@ fn no_syscalls_says_not_counted() {
         "{json}"
     );
 }
+
+/// A memory cgroup (cgroup v1's memory controller, as on the hosts this runs on) with a
+/// limit, removed when dropped. The kernel charges an eBPF map's memory to the cgroup of
+/// the process that creates it.
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemoryCgroup {
+    /// None when there is no v1 memory controller to make one in.
+    fn new(limit_bytes: u64) -> Option<MemoryCgroup> {
+        let root = std::path::Path::new("/sys/fs/cgroup/memory");
+        if !root.join("cgroup.procs").exists() {
+            return None;
+        }
+        let dir = root.join(format!("memtrack-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = MemoryCgroup { dir };
+        std::fs::write(
+            cgroup.dir.join("memory.limit_in_bytes"),
+            limit_bytes.to_string(),
+        )
+        .ok()?;
+        Some(cgroup)
+    }
+
+    /// Makes `command` start inside the cgroup (its process joins it before its exec).
+    fn enter(&self, command: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let procs = std::ffi::CString::new(
+            self.dir
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: the closure makes only async-signal-safe calls (open, write, close).
+        unsafe {
+            command.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0": the writing process.
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The command is forked and run into its exec stop while the programs load (the kernel
+/// holds it there); a load that fails must kill it there, before its first instruction.
+/// The load is made to fail by a memory cgroup limit below the live-block map's size:
+/// the command, which would create a file, never runs, memtrack says why, and nothing
+/// of the run is left. The same command with a small map, in the same cgroup, runs.
+#[test]
+fn a_failed_load_never_runs_the_command() {
+    if !require_privileges("a_failed_load_never_runs_the_command") {
+        return;
+    }
+    let Some(cgroup) = MemoryCgroup::new(400 << 20) else {
+        eprintln!("a_failed_load_never_runs_the_command: skipped (no cgroup v1 memory controller)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |blocks: &str, marker: &std::path::Path| {
+        let out_dir = dir.path().join(format!("out-{blocks}"));
+        let mut command = memtrack();
+        command
+            .args(["run", "-o"])
+            .arg(&out_dir)
+            .args([
+                "--max-live-blocks",
+                blocks,
+                "--preallocated-live-blocks",
+                blocks,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(format!("touch '{}'", marker.display()));
+        cgroup.enter(&mut command);
+        (command.output().unwrap(), out_dir)
+    };
+
+    // 8,388,608 preallocated blocks: about 832 MiB of kernel memory, over the limit.
+    let marker = dir.path().join("ran-after-failed-load");
+    let (out, out_dir) = run("8388608", &marker);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("creating the kernel maps for 8388608 live blocks"),
+        "{stderr}"
+    );
+    // A command left behind would run once memtrack's exit detached it: give it time.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!marker.exists(), "the command ran after the load failed");
+    assert!(!out_dir.exists(), "a failed run left its results directory");
+
+    // The control: a small map loads in the same cgroup, and the command runs.
+    let marker = dir.path().join("ran");
+    let (out, _) = run("1024", &marker);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}
