@@ -141,10 +141,13 @@ impl Object {
     /// Parses `object`, sets its globals (`globals`: symbol name and the bytes it
     /// holds), loads its BTF into the kernel, creates every map it defines
     /// (`max_entries`: overrides by map name), and relocates its code against them.
+    /// `parallel`: the two largest maps are created on threads of their own (see
+    /// `loader::Loading` for when not).
     pub(crate) fn load(
         object: &[u8],
         globals: &[(&str, &[u8])],
         max_entries: &[(&str, u32)],
+        parallel: bool,
     ) -> Result<Self, LoadError> {
         let mut obj = aya_obj::Object::parse(object)
             .map_err(|e| LoadError::step("parsing the eBPF object", e))?;
@@ -173,7 +176,7 @@ impl Object {
         let btf_fd = btf.as_ref().map(|b| b.as_fd());
         let mut maps = HashMap::new();
         std::thread::scope(|scope| -> Result<(), LoadError> {
-            let split = defs.len().min(2);
+            let split = if parallel { defs.len().min(2) } else { 0 };
             let threads: Vec<_> = defs[..split]
                 .iter()
                 .map(|(name, def)| {

@@ -211,6 +211,22 @@ impl UprobePrograms {
     }
 }
 
+/// How [`Engine::load`] works: on the calling thread alone, or with threads of its own.
+pub(crate) enum Loading<'a> {
+    /// On the calling thread alone: for a tracker of the calling process, which must not
+    /// start threads that allocate in the process it measures. Each new thread may get
+    /// a malloc arena of its own, and what it leaves there shows in the program's later
+    /// calls (measured: a benchmark's thread, given such an arena, had glibc free two
+    /// more chunks it had stashed in its cache at its exit, counted as unmatched frees).
+    Here,
+    /// The largest maps created and the programs verified on threads of their own, side
+    /// by side; `on_hook` gets the loader hook's program the moment it is verified
+    /// ([`HookProgram`]). For trackers of other processes.
+    Parallel {
+        on_hook: &'a (dyn Fn(HookProgram) + Sync),
+    },
+}
+
 /// The loader hook's program (ld_hook.rs), as [`Engine::load`] hands it out the moment
 /// it is verified, before the other programs are: its link can be made while they
 /// are still being verified.
@@ -374,7 +390,7 @@ impl Engine {
         links: UprobeLinks,
         count_syscalls: bool,
         stacks: Option<u32>,
-        on_hook: &(dyn Fn(HookProgram) + Sync),
+        loading: Loading<'_>,
     ) -> Result<Self> {
         privileges::check()?;
         privileges::check_kernel()?;
@@ -402,21 +418,26 @@ impl Engine {
         }
         // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
         // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
-        let mut object =
-            Object::load(EBPF_OBJECT, &globals, &max_entries).map_err(|e| match e {
-                LoadError::CreateMap { name, source, .. }
-                    if name == map_names::LIVE || name == map_names::LIVE_ON_DEMAND =>
-                {
-                    Error::LiveMap {
-                        blocks: max_live_blocks,
-                        preallocated: split.preallocated,
-                        kernel_bytes: live_map_bytes(max_live_blocks, preallocated).at_load,
-                        source,
-                    }
+        let mut object = Object::load(
+            EBPF_OBJECT,
+            &globals,
+            &max_entries,
+            matches!(loading, Loading::Parallel { .. }),
+        )
+        .map_err(|e| match e {
+            LoadError::CreateMap { name, source, .. }
+                if name == map_names::LIVE || name == map_names::LIVE_ON_DEMAND =>
+            {
+                Error::LiveMap {
+                    blocks: max_live_blocks,
+                    preallocated: split.preallocated,
+                    kernel_bytes: live_map_bytes(max_live_blocks, preallocated).at_load,
+                    source,
                 }
-                e => e.into(),
-            })?;
-        let programs = load_uprobe_programs(&object, links, stacks.is_some(), on_hook)?;
+            }
+            e => e.into(),
+        })?;
+        let programs = load_uprobe_programs(&object, links, stacks.is_some(), loading)?;
 
         let mut syscall_link: Option<Detachable> = None;
         if count_syscalls {
@@ -945,7 +966,7 @@ fn load_uprobe_programs(
     object: &Object,
     links: UprobeLinks,
     stacks: bool,
-    on_hook: &(dyn Fn(HookProgram) + Sync),
+    loading: Loading<'_>,
 ) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
@@ -965,48 +986,57 @@ fn load_uprobe_programs(
         UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
         UprobeMode::Perf => None,
     };
-    // Each program is verified on its own thread: the verifier's time is most of the
-    // loading, and the programs do not depend on each other (with stacks, the unwind
-    // program's 271k verified instructions then no longer wait for the entry
-    // program's).
-    let load = |name: &'static str| -> std::io::Result<OwnedFd> {
-        let fd = object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)?;
-        if name == program_names::LD_HOOK {
-            on_hook(HookProgram {
-                fd: fd.try_clone()?,
-                mode,
-            });
-        }
-        Ok(fd)
+    let load = |name: &'static str| {
+        object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
     };
-    let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = std::thread::scope(|scope| {
-        // The loader hook's program is verified here, after the others' threads are
-        // started: on two CPUs a thread spawned after two busy ones waited for one.
-        let (here, elsewhere): (Vec<_>, Vec<_>) = names
-            .into_iter()
-            .partition(|&n| n == program_names::LD_HOOK);
-        let threads: Vec<_> = elsewhere
-            .into_iter()
-            .map(|name| {
-                let thread = std::thread::Builder::new()
-                    .name("memtrack-verify".into())
-                    .spawn_scoped(scope, move || load(name));
-                (name, thread)
-            })
-            .collect();
-        let mut loaded: Vec<_> = here.into_iter().map(|name| (name, load(name))).collect();
-        loaded.extend(threads.into_iter().map(|(name, thread)| {
-            let result = match thread {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("its loading thread panicked"))),
-                // No thread: load it here.
-                Err(_) => load(name),
+    let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = match loading {
+        Loading::Here => names.into_iter().map(|name| (name, load(name))).collect(),
+        Loading::Parallel { on_hook } => {
+            // Each program is verified on its own thread: the verifier's time is most of
+            // the loading, and the programs do not depend on each other (with stacks,
+            // the unwind program's 271k verified instructions then no longer wait for
+            // the entry program's).
+            let load = |name: &'static str| -> std::io::Result<OwnedFd> {
+                let fd = load(name)?;
+                if name == program_names::LD_HOOK {
+                    on_hook(HookProgram {
+                        fd: fd.try_clone()?,
+                        mode,
+                    });
+                }
+                Ok(fd)
             };
-            (name, result)
-        }));
-        loaded
-    });
+            std::thread::scope(|scope| {
+                // The loader hook's program is verified here, after the others' threads
+                // are started: on two CPUs a thread spawned after two busy ones waited
+                // for one.
+                let (here, elsewhere): (Vec<_>, Vec<_>) = names
+                    .into_iter()
+                    .partition(|&n| n == program_names::LD_HOOK);
+                let threads: Vec<_> = elsewhere
+                    .into_iter()
+                    .map(|name| {
+                        let thread = std::thread::Builder::new()
+                            .name("memtrack-verify".into())
+                            .spawn_scoped(scope, move || load(name));
+                        (name, thread)
+                    })
+                    .collect();
+                let mut loaded: Vec<_> = here.into_iter().map(|name| (name, load(name))).collect();
+                loaded.extend(threads.into_iter().map(|(name, thread)| {
+                    let result = match thread {
+                        Ok(thread) => thread.join().unwrap_or_else(|_| {
+                            Err(std::io::Error::other("its loading thread panicked"))
+                        }),
+                        // No thread: load it here.
+                        Err(_) => load(name),
+                    };
+                    (name, result)
+                }));
+                loaded
+            })
+        }
+    };
     let mut fds = std::collections::HashMap::new();
     for (name, fd) in loaded {
         fds.insert(name, fd.map_err(program_err(name))?);
@@ -1229,7 +1259,7 @@ mod tests {
             super::UprobeLinks::default(),
             false,
             None,
-            &|_| {},
+            super::Loading::Here,
         );
         let Err(err) = loaded else {
             panic!("the kernel made a live map of {blocks} blocks");
@@ -1272,7 +1302,7 @@ mod tests {
                     links,
                     false,
                     stacks,
-                    &|_| {},
+                    super::Loading::Here,
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
                 let slot = crate::unwind_chain::installed_id(&engine.object)

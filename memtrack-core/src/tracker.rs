@@ -11,7 +11,7 @@ use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS,
 use crate::{
     error::{Error, Result},
     follow::{Follower, Root},
-    loader::{Engine, HookProgram, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
+    loader::{Engine, Loading, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
     output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
@@ -152,9 +152,9 @@ impl TrackerBuilder {
         crate::privileges::check_kernel()
     }
 
-    /// Loads the eBPF programs with these settings; `on_hook` gets the loader hook's
-    /// program as soon as it is verified (see [`Follower::begin`]).
-    fn shared(&self, enabled: bool, on_hook: &(dyn Fn(HookProgram) + Sync)) -> Result<Arc<Shared>> {
+    /// Loads the eBPF programs with these settings, on the calling thread or with
+    /// threads of its own (`loading`).
+    fn shared(&self, enabled: bool, loading: Loading<'_>) -> Result<Arc<Shared>> {
         self.check()?;
         let engine = Engine::load(
             self.max_live_blocks,
@@ -163,7 +163,7 @@ impl TrackerBuilder {
             self.links,
             self.count_syscalls,
             self.stacks,
-            on_hook,
+            loading,
         )?;
         Ok(Arc::new(Shared::new(engine, self.count_syscalls, enabled)))
     }
@@ -172,7 +172,7 @@ impl TrackerBuilder {
     /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
     /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
     pub fn build(self, scope: Scope) -> Result<Tracker> {
-        Tracker::attach_self(self.shared(false, &|_| {})?, scope)
+        Tracker::attach_self(self.shared(false, Loading::Here)?, scope)
     }
 
     /// Starts `command` held stopped before its exec, probes it, and lets it run; every
@@ -187,7 +187,8 @@ impl TrackerBuilder {
         // The command's fork and exec overlap the loading (the kernel holds it at its
         // exec stop until the probes are in place); a failed load kills it there.
         let starting = Follower::begin(Root::Spawn(command.into()))?;
-        let shared = self.shared(self.start_enabled, &starting.hook_handoff())?;
+        let on_hook = starting.hook_handoff();
+        let shared = self.shared(self.start_enabled, Loading::Parallel { on_hook: &on_hook })?;
         crate::hold::load_gate();
         ProcessTracker::follow(shared, starting)
     }
@@ -206,7 +207,7 @@ impl TrackerBuilder {
             ));
         }
         crate::ld_hook::prefetch();
-        let shared = self.shared(self.start_enabled, &|_| {})?;
+        let shared = self.shared(self.start_enabled, Loading::Parallel { on_hook: &|_| {} })?;
         ProcessTracker::follow(shared, Follower::begin(Root::Attach(pid))?)
     }
 }
