@@ -203,6 +203,14 @@ struct UprobePrograms {
 }
 
 impl UprobePrograms {
+    /// Attaches the planned probes, scoped to `pid`, with links of this mode's kind.
+    fn attach(&self, pid: u32, planned: &[(&ProbeTarget, Site)]) -> Result<Vec<Detachable>> {
+        match self.mode {
+            UprobeMode::Multi => attach_multi(self, pid, planned),
+            UprobeMode::Perf => attach_perf(self, pid, planned),
+        }
+    }
+
     fn get(&self, name: &'static str) -> Result<BorrowedFd<'_>> {
         self.fds
             .get(name)
@@ -549,10 +557,7 @@ impl Engine {
             }
             planned.push((target, self.site(target)));
         }
-        let links = match self.programs.mode {
-            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
-            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
-        };
+        let links = self.programs.attach(pid, &planned)?;
         let added: Vec<ProbeInfo> = confirmed
             .into_iter()
             .chain(
@@ -590,10 +595,7 @@ impl Engine {
         if planned.is_empty() {
             return Ok(0);
         }
-        let links = match self.programs.mode {
-            UprobeMode::Multi => attach_multi(&self.programs, pid, &planned)?,
-            UprobeMode::Perf => attach_perf(&self.programs, pid, &planned)?,
-        };
+        let links = self.programs.attach(pid, &planned)?;
         let count = planned.len();
         let process = self.processes.entry(pid).or_default();
         process.links.extend(links);
@@ -1150,7 +1152,6 @@ fn attach_perf(
     Ok(links)
 }
 
-/// What the results record of one probed function.
 /// Whether two paths name one file: the same path, or the same device and inode (a
 /// library reached by two paths, e.g. through a bind mount, has one set of uprobes:
 /// probing it twice would count every call twice).
@@ -1161,6 +1162,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
             (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
 }
 
+/// What the results record of one probed function.
 fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
     let return_probe = target.function.has_return_probe();
     ProbeInfo {
