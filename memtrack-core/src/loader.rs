@@ -26,7 +26,6 @@ use crate::{
     detach::Detachable,
     ebpf_map::{map_err, take_map},
     error::{Error, Result},
-    privileges,
 };
 
 /// The compiled eBPF object, shipped in the crate (scripts/build-ebpf.sh builds it from the
@@ -387,8 +386,9 @@ fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 impl Engine {
-    /// Checks privileges and kernel support, loads and verifies every program, and
-    /// attaches the (globally filtered) syscall counters.
+    /// Loads and verifies every program, and attaches the (globally filtered) syscall
+    /// counters. Privileges and kernel support are checked by the caller first
+    /// (`TrackerBuilder::check`, before a command is forked).
     /// `max_live_blocks` blocks can be live at once, the first `preallocated` (at most
     /// `max_live_blocks`) in preallocated entries.
     pub(crate) fn load(
@@ -400,8 +400,6 @@ impl Engine {
         stacks: Option<u32>,
         loading: Loading<'_>,
     ) -> Result<Self> {
-        privileges::check()?;
-        privileges::check_kernel()?;
         let depth = stacks.unwrap_or(0).to_ne_bytes();
         let split = LiveSplit::new(max_live_blocks, preallocated);
         let has_on_demand = u32::from(split.has_on_demand).to_ne_bytes();

@@ -153,9 +153,8 @@ impl TrackerBuilder {
     }
 
     /// Loads the eBPF programs with these settings, on the calling thread or with
-    /// threads of its own (`loading`).
+    /// threads of its own (`loading`). The caller has [`check`](Self::check)ed them.
     fn shared(&self, enabled: bool, loading: Loading<'_>) -> Result<Arc<Shared>> {
-        self.check()?;
         let engine = Engine::load(
             self.max_live_blocks,
             self.preallocated_live_blocks,
@@ -172,6 +171,7 @@ impl TrackerBuilder {
     /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
     /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
     pub fn build(self, scope: Scope) -> Result<Tracker> {
+        self.check()?;
         Tracker::attach_self(self.shared(false, Loading::Here)?, scope)
     }
 
@@ -207,6 +207,7 @@ impl TrackerBuilder {
             ));
         }
         crate::ld_hook::prefetch();
+        self.check()?;
         let shared = self.shared(self.start_enabled, Loading::Parallel { on_hook: &|_| {} })?;
         ProcessTracker::follow(shared, Follower::begin(Root::Attach(pid))?)
     }
