@@ -100,7 +100,8 @@ impl Follower {
                         Ok(Handoff::Hook(program)) => {
                             early = launched
                                 .spawned
-                                .and_then(|pid| ld_hook::early(pid, &program));
+                                .zip(launched.loader_site.as_ref())
+                                .and_then(|(pid, site)| ld_hook::early(pid, site, &program));
                         }
                         Ok(Handoff::Engine(shared)) => break Some(shared),
                         Err(_) => break None,
@@ -222,6 +223,9 @@ struct Launched {
     sentinel: Pid,
     /// The spawned command's pid (at its exec stop).
     spawned: Option<u32>,
+    /// Where its loader's hook goes (None: no loader memtrack can hook, or no command),
+    /// found once for the registration that does nothing and the early hook.
+    loader_site: Option<memtrack_targets::DebugStateSite>,
 }
 
 impl Launched {
@@ -231,12 +235,16 @@ impl Launched {
             tasks: HashMap::new(),
             sentinel: spawn_sentinel(wake)?,
             spawned: None,
+            loader_site: None,
         };
         if let Root::Spawn(spec) = root {
             match launched.spawn(spec) {
                 Ok(pid) => {
                     launched.spawned = Some(pid);
-                    ld_hook::start_registering(pid);
+                    launched.loader_site = memtrack_targets::debug_state_site(pid).ok().flatten();
+                    if let Some(site) = &launched.loader_site {
+                        ld_hook::start_registering(pid, site);
+                    }
                 }
                 Err(e) => {
                     launched.abandon();

@@ -71,15 +71,12 @@ pub(crate) fn prefetch() {
 /// `uprobe_multi::register_early`) the moment the spawned command `pid` is at its exec
 /// stop, long before the tracker's programs are verified: a probe that does nothing, on
 /// the loader's `_dl_debug_state` (where the hook will go), scoped to `pid`, then closed
-/// with the other links. Nothing when the kernel has no uprobe_multi links (perf-event
-/// links register otherwise) or the process has no loader.
-pub(crate) fn start_registering(pid: u32) {
+/// with the other links. `site`: the command's `_dl_debug_state`. Nothing when the
+/// kernel has no uprobe_multi links (perf-event links register otherwise).
+pub(crate) fn start_registering(pid: u32, site: &memtrack_targets::DebugStateSite) {
     if crate::uprobe_multi::forced_off() || !crate::uprobe_multi::supported() {
         return;
     }
-    let Ok(Some(site)) = memtrack_targets::debug_state_site(pid) else {
-        return;
-    };
     if let Ok(link) = crate::uprobe_multi::register_early(&site.object, site.file_offset, pid) {
         crate::detach::close_later(vec![Box::new(link)]);
     }
@@ -98,17 +95,21 @@ pub(crate) struct EarlyHook {
 /// uprobe registration after an idle moment waits for an RCU grace period (7-17 ms
 /// measured here); made now, that wait overlaps the verification, and the command's
 /// other probes, registered right after, find the grace period passed. None when it
-/// cannot be done now (no loader, no cookie, an attach error): [`LdHooks::install`]
-/// then hooks it the usual way, and says why if it cannot either.
-pub(crate) fn early(pid: u32, program: &crate::loader::HookProgram) -> Option<EarlyHook> {
-    let site = memtrack_targets::debug_state_site(pid).ok()??;
+/// cannot be done now (no cookie, an attach error): [`LdHooks::install`] then hooks it
+/// the usual way, and says why if it cannot either. `site`: the command's
+/// `_dl_debug_state`.
+pub(crate) fn early(
+    pid: u32,
+    site: &memtrack_targets::DebugStateSite,
+    program: &crate::loader::HookProgram,
+) -> Option<EarlyHook> {
     let cookie = *cookie().as_ref().ok()?;
     let link = program
         .attach(&site.object, site.file_offset, cookie, pid)
         .ok()?;
     Some(EarlyHook {
         pid,
-        object: site.object,
+        object: site.object.clone(),
         file_offset: site.file_offset,
         link,
     })
