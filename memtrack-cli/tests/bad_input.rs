@@ -276,29 +276,34 @@ fn a_read_only_results_directory_fails_before_the_command_starts() {
     );
 }
 
-/// 0 blocks used to be taken as 1, 2^32-1 ended in "failed to create map `LIVE`": the
-/// capacity is checked against the range the kernel can make, 1 to 2^27.
-#[test]
-fn a_live_block_capacity_out_of_range_is_refused_with_the_range() {
+/// `memtrack run FLAG N -- true` for block counts out of 1 to 2^27 (0, 2^27 + 1,
+/// 2^32 - 1) fails before anything runs, naming the value and the range.
+fn refuses_out_of_range_blocks(flag: &str) {
     for blocks in ["0", "134217729", "4294967295"] {
         let out = memtrack()
-            .args(["run", "--max-live-blocks", blocks, "--", "true"])
+            .args(["run", flag, blocks, "--", "true"])
             .output()
             .unwrap();
         assert_eq!(
             out.status.code(),
             Some(i32::from(MEMTRACK_FAILED)),
-            "{blocks}"
+            "{flag} {blocks}"
         );
         let stderr = text(&out.stderr);
         assert!(
             stderr.contains(&format!(
-                "invalid value '{blocks}' for '--max-live-blocks <BLOCKS>': {blocks} is not in \
-                 1..=134217728"
+                "invalid value '{blocks}' for '{flag} <BLOCKS>': {blocks} is not in 1..=134217728"
             )),
             "{stderr}"
         );
     }
+}
+
+/// 0 blocks used to be taken as 1, 2^32-1 ended in "failed to create map `LIVE`": the
+/// capacity is checked against the range the kernel can make, 1 to 2^27.
+#[test]
+fn a_live_block_capacity_out_of_range_is_refused_with_the_range() {
+    refuses_out_of_range_blocks("--max-live-blocks");
     // The library refuses it too, before loading anything.
     let err = memtrack::Tracker::builder()
         .max_live_blocks(0)
@@ -316,25 +321,7 @@ fn a_live_block_capacity_out_of_range_is_refused_with_the_range() {
 /// too.
 #[test]
 fn a_preallocated_live_block_count_out_of_range_is_refused_with_the_range() {
-    for blocks in ["0", "134217729", "4294967295"] {
-        let out = memtrack()
-            .args(["run", "--preallocated-live-blocks", blocks, "--", "true"])
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(i32::from(MEMTRACK_FAILED)),
-            "{blocks}"
-        );
-        let stderr = text(&out.stderr);
-        assert!(
-            stderr.contains(&format!(
-                "invalid value '{blocks}' for '--preallocated-live-blocks <BLOCKS>': {blocks} is \
-                 not in 1..=134217728"
-            )),
-            "{stderr}"
-        );
-    }
+    refuses_out_of_range_blocks("--preallocated-live-blocks");
     let err = memtrack::Tracker::builder()
         .preallocated_live_blocks(0)
         .build(memtrack::Scope::Process)

@@ -317,6 +317,20 @@ fn copy_libraries(exe: &std::path::Path, root: &std::path::Path) -> Vec<std::pat
     libs
 }
 
+/// Copies `exe`'s libraries below `root` ([`copy_libraries`]); returns the C library's
+/// path as `ldd` names it and the path of its copy.
+fn copy_libc(
+    exe: &std::path::Path,
+    root: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let libc = copy_libraries(exe, root)
+        .into_iter()
+        .find(|l| l.to_string_lossy().contains("libc.so"))
+        .unwrap();
+    let copy = root.join(libc.strip_prefix("/").unwrap());
+    (libc, copy)
+}
+
 /// The one tracked process running `exe` at the end, checked against `name`'s expected
 /// numbers; returns it.
 fn check_final_image(tracker: &ProcessTracker, exe: &str, name: &str) -> memtrack::TrackedProcess {
@@ -368,16 +382,11 @@ fn a_process_in_another_mount_namespace_is_probed_there() {
     let name = "malloc_free";
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(name);
-    let libs = copy_libraries(&exe, dir.path());
-    let libc = libs
-        .iter()
-        .find(|l| l.to_string_lossy().contains("libc.so"))
-        .unwrap();
-    let copy = dir.path().join(libc.strip_prefix("/").unwrap());
+    let (libc, copy) = copy_libc(&exe, dir.path());
     let script = format!(
         "mount --bind '{}' '{}' && exec '{}'",
         copy.display(),
-        std::fs::canonicalize(libc).unwrap().display(),
+        std::fs::canonicalize(&libc).unwrap().display(),
         exe.display()
     );
     let tracker = Tracker::builder()
@@ -414,12 +423,7 @@ fn a_program_loading_another_copy_of_libc_is_probed_in_the_copy_alone() {
     let name = "malloc_free";
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(name);
-    let libs = copy_libraries(&exe, dir.path());
-    let libc = libs
-        .iter()
-        .find(|l| l.to_string_lossy().contains("libc.so"))
-        .unwrap();
-    let copy = dir.path().join(libc.strip_prefix("/").unwrap());
+    let (_, copy) = copy_libc(&exe, dir.path());
     let tracker = Tracker::builder()
         .spawn(CommandSpec::new(&exe).env("LD_LIBRARY_PATH", copy.parent().unwrap()))
         .unwrap();

@@ -40,15 +40,18 @@ fn hold_then_churn(slots: &mut Vec<(*mut libc::c_void, usize)>) -> Expected {
         *live += by;
         e.peak_live_bytes = e.peak_live_bytes.max(*live);
     };
-    for i in 0..LIVE {
-        let n = size_of_block(i);
+    // A malloc of `n` bytes kept in `slots`, counted.
+    let malloc_held = |n: usize, slots: &mut Vec<_>, live: &mut u64, e: &mut Expected| {
         // SAFETY: plain libc allocation.
         let p = unsafe { libc::malloc(n) };
         assert!(!p.is_null());
         slots.push((p, n));
         e.alloc_calls += 1;
         e.bytes_allocated += n as u64;
-        grow_live(&mut live, &mut e, n as u64);
+        grow_live(live, e, n as u64);
+    };
+    for i in 0..LIVE {
+        malloc_held(size_of_block(i), slots, &mut live, &mut e);
     }
     for (i, slot) in slots.iter_mut().enumerate() {
         if i % 3 == 0 {
@@ -90,14 +93,7 @@ fn hold_then_churn(slots: &mut Vec<(*mut libc::c_void, usize)>) -> Expected {
     assert!(failed.is_null());
     e.failed_allocs += 1;
     for i in 0..500 {
-        let n = size_of_block(i) + 8;
-        // SAFETY: plain libc allocation.
-        let p = unsafe { libc::malloc(n) };
-        assert!(!p.is_null());
-        slots.push((p, n));
-        e.alloc_calls += 1;
-        e.bytes_allocated += n as u64;
-        grow_live(&mut live, &mut e, n as u64);
+        malloc_held(size_of_block(i) + 8, slots, &mut live, &mut e);
     }
     for slot in slots.iter_mut() {
         if !slot.0.is_null() {
