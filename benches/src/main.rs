@@ -50,7 +50,7 @@ enum Section {
     Functions,
     /// 3. Threads.
     Threads,
-    /// 6. In-kernel call stacks: depths 8, 32, 64 against stacks off.
+    /// 6. In-kernel call stacks: depths 8, 32, 64, and 32 walking every stack, against none.
     Stacks,
     /// 7. Live blocks in preallocated entries against entries allocated on demand.
     Live,

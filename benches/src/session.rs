@@ -15,7 +15,7 @@ use crate::{
     in_process::TrackerTimings,
     programs::Programs,
     settings::Settings,
-    workload::{self, Counts, Output, SpawnPhases, Workload},
+    workload::{self, Counts, Output, SpawnPhases, StackSetup, Workload},
 };
 
 /// One tracked run's counters against what they had to be.
@@ -96,7 +96,7 @@ impl Session {
         args: &[String],
         placement: ProbePlacement,
         counting: bool,
-        stacks: Option<u32>,
+        stacks: Option<StackSetup>,
     ) -> BenchResult<workload::TrackedRun> {
         let setup = workload::TrackerSetup {
             placement,
@@ -167,14 +167,14 @@ impl Session {
         Ok(self.tracked_run(workload, placement, None)?.output)
     }
 
-    /// [`Session::tracked`] (Cheapest) with stacks on, up to `depth` frames: also
-    /// returns the command's counters and per-stack counters.
+    /// [`Session::tracked`] (Cheapest) with stacks on as `stacks` says: also returns
+    /// the command's counters and per-stack counters.
     pub fn tracked_stacks(
         &mut self,
         workload: &Workload,
-        depth: u32,
+        stacks: StackSetup,
     ) -> BenchResult<(Output, Stats, ProcessStacks)> {
-        let run = self.tracked_run(workload, ProbePlacement::Cheapest, Some(depth))?;
+        let run = self.tracked_run(workload, ProbePlacement::Cheapest, Some(stacks))?;
         let stacks = run
             .stacks
             .ok_or_else(|| format!("{}: the tracker kept no stacks", workload.name))?;
@@ -186,7 +186,7 @@ impl Session {
         &mut self,
         workload: &Workload,
         placement: ProbePlacement,
-        stacks: Option<u32>,
+        stacks: Option<StackSetup>,
     ) -> BenchResult<workload::TrackedRun> {
         let baseline = self.baseline(workload)?;
         let run = self.run(workload, &workload.args, placement, true, stacks)?;

@@ -1,9 +1,10 @@
 //! Benchmark 6: what in-kernel call stacks add (issue 12's "Cost, measured").
 //!
 //! The same loops at the bottom of a recursion deeper than any depth limit
-//! (benches/programs/deep_loops.c), tracked with stacks off and at depths 8, 32 and 64,
-//! the setups alternating round by round, so every figure compares with "stacks off"
-//! measured in the same conditions. Then the 8 threads x 1,000,000 pairs run with stacks
+//! (benches/programs/deep_loops.c), tracked with stacks off, at depths 8, 32 and 64, and
+//! at depth 32 with the cache of walks off (every allocation walked, as a stack seen for
+//! the first time is), the setups alternating round by round, so every figure compares
+//! with "stacks off" measured in the same conditions. Then the 8 threads x 1,000,000 pairs run with stacks
 //! on. Every run's counters are checked like every tracked run (`Session::tracked`), and
 //! its stacks too ([`StackCheck`]): the loop's blocks all under the one stack of the
 //! expected depth, the per-stack totals adding up to the process's (its bytes at peak
@@ -18,7 +19,7 @@ use crate::{
     BenchResult,
     probe_cost::{PerOp, pairs, record},
     session::Session,
-    workload::{Counts, Output, Workload},
+    workload::{Counts, Output, StackSetup, Workload},
 };
 
 /// Recursion levels below `main` in the deep workload: with malloc's caller, main and
@@ -26,14 +27,17 @@ use crate::{
 /// limit is walked whole.
 pub const LEVELS: u64 = 70;
 
-/// The depth limits measured, in frames.
+/// The depth limits measured, in frames, with the cache of walks on.
 pub const DEPTHS: [u32; 3] = [8, 32, 64];
+
+/// The depth limit also measured with the cache of walks off, in frames.
+pub const UNCACHED_DEPTH: u32 = 32;
 
 /// One setup's figures: ns per operation of each loop.
 #[derive(Clone, Debug, Default)]
 pub struct SetupRow {
-    /// The depth limit; None: stacks off.
-    pub depth: Option<u32>,
+    /// The stacks; None: stacks off.
+    pub stacks: Option<StackSetup>,
     /// malloc+free pairs.
     pub pair: PerOp,
     /// malloc alone, in batches of 1000.
@@ -168,13 +172,14 @@ fn deep(session: &Session, name: &str, mode: &str, ops: u64) -> Workload {
 fn run_once(
     session: &mut Session,
     workload: &Workload,
-    depth: Option<u32>,
+    setup: Option<StackSetup>,
     checks: &mut Vec<StackCheck>,
 ) -> BenchResult<Output> {
-    let Some(depth) = depth else {
+    let Some(setup) = setup else {
         return session.tracked(workload, memtrack::ProbePlacement::Cheapest);
     };
-    let (out, stats, stacks) = session.tracked_stacks(workload, depth)?;
+    let depth = setup.depth;
+    let (out, stats, stacks) = session.tracked_stacks(workload, setup)?;
     // Below `depth` frames of 70 levels the walk is always cut at the limit.
     let shape = (depth as usize, StackEnd::Truncated);
     checks.push(StackCheck::new(
@@ -189,10 +194,16 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
     let ops = s.stack_ops;
     let pair = deep(session, "deep malloc+free", "malloc_free", ops);
     let split = deep(session, "deep malloc, free batched", "malloc_split", ops);
+    let cached = |depth| Some(StackSetup { depth, cache: true });
+    let uncached = Some(StackSetup {
+        depth: UNCACHED_DEPTH,
+        cache: false,
+    });
     let mut setups: Vec<SetupRow> = std::iter::once(None)
-        .chain(DEPTHS.map(Some))
-        .map(|depth| SetupRow {
-            depth,
+        .chain(DEPTHS.map(cached))
+        .chain([uncached])
+        .map(|stacks| SetupRow {
+            stacks,
             ..SetupRow::default()
         })
         .collect();
@@ -200,14 +211,14 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
     for round in 0..s.tracked_runs {
         for row in &mut setups {
             eprintln!(
-                "  deep loops, stacks {}: round {}/{}",
-                row.depth.map_or("off".to_string(), |d| d.to_string()),
+                "  deep loops, {}: round {}/{}",
+                crate::stacks_report::setup_name(row.stacks),
                 round + 1,
                 s.tracked_runs
             );
-            let out = run_once(session, &pair, row.depth, &mut checks)?;
+            let out = run_once(session, &pair, row.stacks, &mut checks)?;
             record(&mut row.pair, &out, "ns_per_op")?;
-            let out = run_once(session, &split, row.depth, &mut checks)?;
+            let out = run_once(session, &split, row.stacks, &mut checks)?;
             record(&mut row.malloc, &out, "ns_per_malloc")?;
             record(&mut row.free, &out, "ns_per_free")?;
         }
@@ -228,7 +239,8 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
         let out = session.tracked(&threads, memtrack::ProbePlacement::Cheapest)?;
         threads_off_per_pair.wall.push(out.elapsed_ns() / pairs);
         threads_off_per_pair.cpu.push(out.cpu_ns() / pairs);
-        let (out, stats, stacks) = session.tracked_stacks(&threads, depth)?;
+        let (out, stats, stacks) =
+            session.tracked_stacks(&threads, StackSetup { depth, cache: true })?;
         threads_per_pair.wall.push(out.elapsed_ns() / pairs);
         threads_per_pair.cpu.push(out.cpu_ns() / pairs);
         // worker -> start_thread -> clone3: the whole stack, shorter than the limit.

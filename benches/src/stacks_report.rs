@@ -5,11 +5,20 @@ use std::fmt::Write as _;
 use crate::{
     report::{Align, Json, fmt_ns, fmt_ratio, markdown_table, obj, samples_json, text, thousands},
     stacks::{StackCheck, StacksResult},
+    workload::StackSetup,
 };
 
-/// "stacks off" or "stacks, depth N".
-fn setup_name(depth: Option<u32>) -> String {
-    depth.map_or("stacks off".to_string(), |d| format!("stacks, depth {d}"))
+/// "stacks off", "stacks, depth N", or "stacks, depth N, every stack walked" (the
+/// cache of walks off).
+pub fn setup_name(stacks: Option<StackSetup>) -> String {
+    match stacks {
+        None => "stacks off".to_string(),
+        Some(StackSetup { depth, cache: true }) => format!("stacks, depth {depth}"),
+        Some(StackSetup {
+            depth,
+            cache: false,
+        }) => format!("stacks, depth {depth}, every stack walked (cache off)"),
+    }
 }
 
 /// The section as Markdown.
@@ -31,7 +40,7 @@ pub fn markdown(r: &StacksResult, out: &mut String) {
                 format!("{} ({})", fmt_ns(p.cpu.min()), fmt_ns(p.wall.min()))
             };
             vec![
-                setup_name(row.depth),
+                setup_name(row.stacks),
                 cell(&row.pair),
                 fmt_ratio(row.pair.cpu.min() / off.pair.cpu.min()),
                 fmt_ns(row.pair.cpu.min() - off.pair.cpu.min()),
@@ -162,7 +171,12 @@ pub fn json(r: &StacksResult) -> Json {
             obj([
                 (
                     "depth",
-                    row.depth.map_or(Json::Null, |d| Json::from(u64::from(d))),
+                    row.stacks
+                        .map_or(Json::Null, |s| Json::from(u64::from(s.depth))),
+                ),
+                (
+                    "cache",
+                    row.stacks.map_or(Json::Null, |s| Json::from(s.cache)),
                 ),
                 ("pair", per_op(&row.pair)),
                 ("malloc", per_op(&row.malloc)),

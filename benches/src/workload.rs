@@ -180,6 +180,16 @@ fn since(start_ns: u64, end_ns: f64) -> Duration {
     Duration::from_nanos((end_ns as u64).saturating_sub(start_ns))
 }
 
+/// Stacks in a tracked run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackSetup {
+    /// The depth limit, in frames.
+    pub depth: u32,
+    /// `TrackerBuilder::stack_cache`: whether a repeated stack may reuse a remembered
+    /// walk (false: every stack is walked).
+    pub cache: bool,
+}
+
 /// How a tracked run's tracker is set up.
 #[derive(Clone, Copy, Debug)]
 pub struct TrackerSetup {
@@ -188,8 +198,8 @@ pub struct TrackerSetup {
     /// Counting from the command's first instruction (else probes attached, counting
     /// off throughout).
     pub counting: bool,
-    /// Walk every allocation's stack up to this many frames.
-    pub stacks: Option<u32>,
+    /// Walk every allocation's stack (None: stacks off).
+    pub stacks: Option<StackSetup>,
     /// `TrackerBuilder::preallocated_live_blocks` (None: the default).
     pub preallocated_live_blocks: Option<u32>,
 }
@@ -211,8 +221,8 @@ pub fn run_tracked(
     let mut builder = Tracker::builder()
         .probe_placement(setup.placement)
         .start_enabled(setup.counting);
-    if let Some(depth) = setup.stacks {
-        builder = builder.stacks(depth);
+    if let Some(stacks) = setup.stacks {
+        builder = builder.stacks(stacks.depth).stack_cache(stacks.cache);
     }
     if let Some(blocks) = setup.preallocated_live_blocks {
         builder = builder.preallocated_live_blocks(blocks);

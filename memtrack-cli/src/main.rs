@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! memtrack run [-o DIR [--replace]] [--json FILE|-] [--probes] [--max-live-blocks N]
-//!              [--no-syscalls] [--stacks[=DEPTH]] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
+//!              [--no-syscalls] [--stacks[=DEPTH] [--no-stack-cache]] [--limit LIMIT]...
+//!              [--limits FILE] [--fail-on-lost]
 //!              -- CMD [ARGS...]
 //! memtrack report DIR [--json] [--probes] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
 //! memtrack report --stacks DIR [--top N] [--benchmark URI] [--dhat FILE] [--pprof FILE]
@@ -127,6 +128,11 @@ enum Command {
             value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::stacks::MAX_DEPTH))
         )]
         stacks: Option<u32>,
+        /// With --stacks: walk every allocation's stack, even one the kernel walked
+        /// before and can reuse exactly (the stacks are the same; only for measuring
+        /// the walk itself).
+        #[arg(long, requires = "stacks")]
+        no_stack_cache: bool,
         #[command(flatten)]
         checks: Checks,
         /// The command and its arguments (after `--`).
@@ -241,6 +247,7 @@ fn main() -> ExitCode {
             preallocated_live_blocks,
             no_syscalls,
             stacks,
+            no_stack_cache,
             checks,
             cmd,
         } => {
@@ -254,6 +261,7 @@ fn main() -> ExitCode {
                 no_syscalls,
                 replace,
                 stacks,
+                no_stack_cache,
             };
             run(options, json.as_deref(), probes, &checks, cmd)
         }
@@ -436,6 +444,12 @@ fn run(
     }
     for (pid, stacks) in &outcome.stacks {
         eprintln!("memtrack: {}", stacks_line(*pid, stacks));
+    }
+    if let Some(walks) = outcome.stack_walks {
+        eprintln!(
+            "memtrack: stacks walked: {}, reused from the cache of walks: {}",
+            walks.walked, walks.reused
+        );
     }
     let options = TextOptions::with_probe_sites(probes);
     eprint!(

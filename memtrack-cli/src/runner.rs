@@ -64,6 +64,9 @@ pub struct RunOptions {
     /// [`TrackerBuilder::stacks`](memtrack::TrackerBuilder::stacks)), and write each
     /// process's stacks file beside its result. None: no stacks.
     pub stacks: Option<u32>,
+    /// With `stacks`: walk every stack, the kernel's cache of walks off (see
+    /// [`TrackerBuilder::stack_cache`](memtrack::TrackerBuilder::stack_cache)).
+    pub no_stack_cache: bool,
 }
 
 /// What a run produced.
@@ -87,6 +90,9 @@ pub struct RunOutcome {
     /// list its regions ([`ProcessStacks::regions`]) and its scope is their sum, as its
     /// result's counters are.
     pub stacks: Vec<(u32, ProcessStacks)>,
+    /// With [`RunOptions::stacks`]: how the kernel found the stacks of all processes,
+    /// walked or reused from its cache of walks.
+    pub stack_walks: Option<memtrack::stacks::StackWalks>,
 }
 
 /// The pid signals are forwarded to (0: none yet).
@@ -423,7 +429,7 @@ fn track(mut spec: CommandSpec, options: &RunOptions, out: &OutputDir) -> Result
         builder = builder.preallocated_live_blocks(blocks);
     }
     if let Some(depth) = options.stacks {
-        builder = builder.stacks(depth);
+        builder = builder.stacks(depth).stack_cache(!options.no_stack_cache);
     }
     let tracker = builder.spawn(spec)?;
     forward_to(tracker.pid() as i32);
@@ -474,6 +480,7 @@ fn serve_and_wait(
     let exit = exit?;
     let processes = tracker.collect_processes()?;
     let unattributed_lost_events = tracker.unattributed_lost_events();
+    let stack_walks = tracker.stack_walks();
     let control = tracker.control();
     let kernel_stacks: HashMap<u32, ProcessStacks> = processes
         .iter()
@@ -509,6 +516,7 @@ fn serve_and_wait(
         dir: out.path().to_path_buf(),
         unattributed_lost_events,
         stacks,
+        stack_walks,
     })
 }
 

@@ -170,6 +170,19 @@ pub mod map_names {
     /// Per-CPU [`WalkState`](super::stacks::WalkState): the walk handed from one program
     /// of the unwinding chain to the next.
     pub const UNWIND_STATE: &str = "UNWIND_STATE";
+    /// Per-CPU array of [`StackCacheSlot`](super::stack_cache::StackCacheSlot): walks
+    /// remembered by the words they read, so an allocation from a stack walked before
+    /// skips the walk.
+    pub const STACK_CACHE: &str = "STACK_CACHE";
+    /// Per-CPU [`CacheWindow`](super::stack_cache::CacheWindow): the copy of the stack a
+    /// cache check compares.
+    pub const CACHE_WINDOW: &str = "CACHE_WINDOW";
+    /// Per-CPU [`WalkTrace`](super::stack_cache::WalkTrace): what the walk in progress
+    /// read, step by step, for the cache.
+    pub const WALK_TRACE: &str = "WALK_TRACE";
+    /// Per-CPU array, [`stack_cache::walks`](super::stack_cache::walks) index -> count:
+    /// stacks walked and stacks reused from the cache.
+    pub const STACK_WALKS: &str = "STACK_WALKS";
     /// Program array holding the unwind program
     /// ([`program_names::UNWIND`](super::program_names::UNWIND)) at
     /// [`UNWIND_PROG_SLOT`](super::stacks::UNWIND_PROG_SLOT), for its tail calls; filled
@@ -203,6 +216,11 @@ pub mod program_names {
     /// [`WalkState`](super::stacks::WalkState)). Attached to nothing; loaded like
     /// [`ENTRY`] (same program type and expected attach type, which tail calls require).
     pub const UNWIND: &str = "unwind_prog";
+    /// The program that remembers a finished walk in the cache of walks
+    /// ([`stack_cache`](super::stack_cache)): tail-called by the program that ends a
+    /// walk, through `UNWIND_PROGS` at
+    /// [`REMEMBER_PROG_SLOT`](super::stacks::REMEMBER_PROG_SLOT); attached to nothing.
+    pub const REMEMBER: &str = "remember_prog";
 }
 
 /// The loader hook: a uprobe on the dynamic loader's `_dl_debug_state` (called after
@@ -586,6 +604,7 @@ pub const LIVE_ON_DEMAND_GLOBAL: &str = "HAS_LIVE_ON_DEMAND";
 /// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 
+pub mod stack_cache;
 pub mod stacks;
 pub mod unwind;
 
@@ -607,6 +626,7 @@ mod pod {
     unsafe impl aya::Pod for super::stacks::MappingEntry {}
     unsafe impl aya::Pod for super::stacks::ProcessMappings {}
     unsafe impl aya::Pod for super::stacks::KernelStackCounts {}
+    unsafe impl aya::Pod for super::stack_cache::StackCacheSlot {}
 }
 
 #[cfg(test)]

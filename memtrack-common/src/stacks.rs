@@ -43,6 +43,16 @@ const _: () = assert!(MAX_UNWIND_DEPTH as usize <= MAX_STACK_DEPTH);
 /// The slot of the unwind program in the `UNWIND_PROGS` program array.
 pub const UNWIND_PROG_SLOT: u32 = 0;
 
+/// The slot of the program that remembers a finished walk
+/// (`program_names::REMEMBER`) in the `UNWIND_PROGS` program array.
+pub const REMEMBER_PROG_SLOT: u32 = 1;
+
+/// Slots of the `UNWIND_PROGS` program array.
+pub const UNWIND_PROGS_SLOTS: u32 = 2;
+
+// The walk's tail calls and the one to the remembering program.
+const _: () = assert!(UNWIND_TAIL_CALLS < MAX_TAIL_CALLS);
+
 /// Value of the per-CPU `UNWIND_STATE` map: the walk in progress on this CPU, handed
 /// from one program of the chain to the next (a tail-called program starts with no
 /// registers or stack of its caller). The frames stored so far are in `STACK_SCRATCH`.
@@ -80,6 +90,9 @@ pub struct WalkState {
     pub diff: u64,
     /// The [`LastStack`] of this CPU when the walk began.
     pub prev: LastStack,
+    /// This walk's [`WalkTrace::nonce`](crate::stack_cache::WalkTrace::nonce): whether
+    /// the trace is still its own when it ends.
+    pub nonce: u64,
 }
 
 /// Value of the per-CPU `LAST_STACK` map: the stack the scratch (`STACK_SCRATCH`) holds

@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use aya::maps::{Array, HashMap, MapData};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use memtrack_common::{
     PidStats,
     stacks::{
@@ -21,7 +21,9 @@ use memtrack_targets::unwind::{UnwindCache, UnwindObject};
 use crate::{
     ebpf_map::{map_err, take_map},
     error::Result,
-    stacks::{Frame, ProcessStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject},
+    stacks::{
+        Frame, ProcessStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject, StackWalks,
+    },
 };
 
 /// Capacity of `UNWIND_ROWS` with stacks on, in rows of 8 bytes (16 MiB: libc has about
@@ -60,6 +62,7 @@ pub(crate) struct KernelStacks {
     mappings: HashMap<MapData, u32, ProcessMappings>,
     ids: HashMap<MapData, StackKey, u32>,
     counts: HashMap<MapData, u64, KernelStackCounts>,
+    walks: PerCpuArray<MapData, u64>,
     /// Stacks of processes that ended (read before their counters left the kernel).
     finished: BTreeMap<u32, ProcessStacks>,
 }
@@ -80,8 +83,25 @@ impl KernelStacks {
             mappings: take_map(object, n::MAPPINGS)?,
             ids: take_map(object, n::STACK_IDS)?,
             counts: take_map(object, n::STACK_COUNTS)?,
+            walks: take_map(object, n::STACK_WALKS)?,
             finished: BTreeMap::new(),
         })
+    }
+
+    /// The kernel's counts of walked and reused stacks, summed over the CPUs (0 where
+    /// a counter cannot be read).
+    pub(crate) fn walks(&self) -> StackWalks {
+        use memtrack_common::stack_cache::walks;
+        let sum = |i: u32| -> u64 {
+            self.walks
+                .get(&i, 0)
+                .map(|per_cpu| per_cpu.iter().sum())
+                .unwrap_or(0)
+        };
+        StackWalks {
+            walked: sum(walks::WALKED),
+            reused: sum(walks::REUSED),
+        }
     }
 
     /// Loads the tables of every executable mapping of `pid` (new objects only) and

@@ -123,11 +123,6 @@ const UPROBE_PROGRAMS: [&str; 3] = [
     program_names::LD_HOOK,
 ];
 
-/// The program the entry program tail-calls to walk a stack past its first batch
-/// (unwind_chain.rs): loaded, like the uprobe programs, only with stacks on, and attached
-/// to nothing.
-const UNWIND_PROGRAM: &str = program_names::UNWIND;
-
 /// Where entry probes go inside each function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProbePlacement {
@@ -385,6 +380,16 @@ fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
+/// What a tracker with stacks on unwinds: at most `depth` frames per stack, with the
+/// in-kernel cache of walks on or off (`memtrack_common::stack_cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StackSettings {
+    /// Frames per stack at most (1 to `stacks::MAX_DEPTH`).
+    pub(crate) depth: u32,
+    /// Whether an allocation may reuse a remembered walk's stack.
+    pub(crate) cache: bool,
+}
+
 impl Engine {
     /// Loads and verifies every program, and attaches the (globally filtered) syscall
     /// counters. Privileges and kernel support are checked by the caller first
@@ -397,10 +402,11 @@ impl Engine {
         placement: ProbePlacement,
         links: UprobeLinks,
         count_syscalls: bool,
-        stacks: Option<u32>,
+        stacks: Option<StackSettings>,
         loading: Loading<'_>,
     ) -> Result<Self> {
-        let depth = stacks.unwrap_or(0).to_ne_bytes();
+        let depth = stacks.map_or(0, |s| s.depth).to_ne_bytes();
+        let stack_cache = u32::from(stacks.is_some_and(|s| s.cache)).to_ne_bytes();
         let split = LiveSplit::new(max_live_blocks, preallocated);
         let has_on_demand = u32::from(split.has_on_demand).to_ne_bytes();
         let mut globals: Vec<(&str, &[u8])> =
@@ -411,6 +417,7 @@ impl Engine {
         ];
         if stacks.is_some() {
             globals.push((memtrack_common::stacks::DEPTH_GLOBAL, &depth));
+            globals.push((memtrack_common::stack_cache::CACHE_GLOBAL, &stack_cache));
             // With stacks off these maps keep the object's single entry: nothing is
             // reserved for them.
             max_entries.extend([
@@ -419,6 +426,10 @@ impl Engine {
                 (
                     map_names::STACK_COUNTS,
                     crate::kernel_stacks::MAX_STACK_COUNTS,
+                ),
+                (
+                    map_names::STACK_CACHE,
+                    memtrack_common::stack_cache::STACK_CACHE_SLOTS,
                 ),
             ]);
         }
@@ -466,7 +477,10 @@ impl Engine {
         let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
         let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
         let stacks = match stacks {
-            Some(depth) => Some(crate::kernel_stacks::KernelStacks::new(&mut object, depth)?),
+            Some(s) => Some(crate::kernel_stacks::KernelStacks::new(
+                &mut object,
+                s.depth,
+            )?),
             None => None,
         };
         Ok(Engine {
@@ -520,6 +534,11 @@ impl Engine {
     pub(crate) fn stacks(&self, pid: u32) -> Option<crate::stacks::ProcessStacks> {
         let stats = self.read_stats(pid).ok();
         self.stacks.as_ref().map(|s| s.read(pid, stats.as_ref()))
+    }
+
+    /// How the stacks so far were found, all processes (None: stacks are off).
+    pub(crate) fn stack_walks(&self) -> Option<crate::stacks::StackWalks> {
+        self.stacks.as_ref().map(|s| s.walks())
     }
 
     /// Attaches probes for `targets`, scoped to `pid`.
@@ -970,7 +989,7 @@ fn load_uprobe_programs(
 ) -> Result<UprobePrograms> {
     let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
     if stacks {
-        names.push(UNWIND_PROGRAM);
+        names.extend(crate::unwind_chain::CHAIN.map(|(name, _)| name));
     }
     // Asked before any of the object's programs is loaded: the first program loaded
     // that uses UNWIND_PROGS fixes the array's expected attach type (uprobe_multi.rs).
@@ -1043,7 +1062,9 @@ fn load_uprobe_programs(
     }
     let programs = UprobePrograms { mode, fds };
     if stacks {
-        crate::unwind_chain::install(object, programs.get(UNWIND_PROGRAM)?)?;
+        for (name, slot) in crate::unwind_chain::CHAIN {
+            crate::unwind_chain::install(object, name, slot, programs.get(name)?)?;
+        }
     }
     Ok(programs)
 }
@@ -1194,7 +1215,7 @@ mod tests {
     };
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UNWIND_PROGRAM, UPROBE_PROGRAMS};
+    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UPROBE_PROGRAMS};
 
     fn parsed() -> aya_obj::Object {
         aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
@@ -1278,9 +1299,9 @@ mod tests {
         );
     }
 
-    /// With stacks on, the unwind program is loaded and put into the entry program's
-    /// program array, with either kind of link; with stacks off it is not loaded and the
-    /// slot stays empty.
+    /// With stacks on, the unwind and remembering programs are loaded and put into the
+    /// entry program's program array, with either kind of link; with stacks off they are
+    /// not loaded and the slots stay empty.
     #[test]
     fn stacks_put_the_unwind_program_into_its_slot_and_only_then() {
         let name = "stacks_put_the_unwind_program_into_its_slot_and_only_then";
@@ -1293,7 +1314,11 @@ mod tests {
             return;
         }
         for links in [super::UprobeLinks::Auto, super::UprobeLinks::PerfEvent] {
-            for stacks in [Some(64), None] {
+            let on = super::StackSettings {
+                depth: 64,
+                cache: true,
+            };
+            for stacks in [Some(on), None] {
                 let case = format!("{links:?}, stacks {stacks:?}");
                 let engine = super::Engine::load(
                     1024,
@@ -1305,19 +1330,22 @@ mod tests {
                     super::Loading::Here,
                 )
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
-                let slot = crate::unwind_chain::installed_id(&engine.object)
-                    .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
-                let loaded = engine.programs.fds.contains_key(UNWIND_PROGRAM);
-                assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
-                match slot {
-                    None => assert!(stacks.is_none(), "{case}: empty slot"),
-                    Some(id) => {
-                        assert!(stacks.is_some(), "{case}: slot filled without stacks");
-                        let program = aya::programs::loaded_programs()
-                            .flatten()
-                            .find(|p| p.id() == id)
-                            .unwrap_or_else(|| panic!("{case}: no program {id}"));
-                        assert_eq!(program.name_as_str(), Some(UNWIND_PROGRAM), "{case}");
+                for (name, slot) in crate::unwind_chain::CHAIN {
+                    let case = format!("{case}, {name}");
+                    let installed = crate::unwind_chain::installed_id(&engine.object, slot)
+                        .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
+                    let loaded = engine.programs.fds.contains_key(name);
+                    assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
+                    match installed {
+                        None => assert!(stacks.is_none(), "{case}: empty slot"),
+                        Some(id) => {
+                            assert!(stacks.is_some(), "{case}: slot filled without stacks");
+                            let program = aya::programs::loaded_programs()
+                                .flatten()
+                                .find(|p| p.id() == id)
+                                .unwrap_or_else(|| panic!("{case}: no program {id}"));
+                            assert_eq!(program.name_as_str(), Some(name), "{case}");
+                        }
                     }
                 }
                 if links == super::UprobeLinks::PerfEvent {
@@ -1464,16 +1492,16 @@ mod tests {
             "{}: {entry:?}, expected a uprobe",
             program_names::ENTRY
         );
-        // Tail calls need the caller's program type: the unwind program is a uprobe
+        // Tail calls need the caller's program type: the chain's programs are uprobes
         // like the entry program, loaded the same way.
-        assert_eq!(UNWIND_PROGRAM, program_names::UNWIND);
-        let unwind = section(program_names::UNWIND);
-        assert!(
-            matches!(unwind, ProgramSection::UProbe { sleepable: false }),
-            "{}: {unwind:?}, expected a uprobe like {}",
-            program_names::UNWIND,
-            program_names::ENTRY
-        );
+        for (name, _) in crate::unwind_chain::CHAIN {
+            let chained = section(name);
+            assert!(
+                matches!(chained, ProgramSection::UProbe { sleepable: false }),
+                "{name}: {chained:?}, expected a uprobe like {}",
+                program_names::ENTRY
+            );
+        }
         let ret = section(program_names::RETURN);
         assert!(
             matches!(ret, ProgramSection::URetProbe { sleepable: false }),

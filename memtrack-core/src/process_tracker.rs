@@ -98,6 +98,14 @@ impl ProcessTracker {
         self.shared.engine.lock().stacks(pid)
     }
 
+    /// How the stacks so far were found, across every process of the tracker: walked,
+    /// or reused from the in-kernel cache of walks (docs/ARCHITECTURE.md, "Call
+    /// stacks"). `None` unless built with
+    /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks).
+    pub fn stack_walks(&self) -> Option<crate::stacks::StackWalks> {
+        self.shared.stack_walks()
+    }
+
     /// The probes attached to the root process (what was measured).
     pub fn probes(&self) -> Vec<ProbeInfo> {
         self.shared.probes(self.pid)

@@ -187,6 +187,11 @@ impl Shared {
         self.engine.lock().probes_of(pid)
     }
 
+    /// How the stacks so far were found (None: stacks are off).
+    pub(crate) fn stack_walks(&self) -> Option<crate::stacks::StackWalks> {
+        self.engine.lock().stack_walks()
+    }
+
     /// Events the kernel side could not attribute to any process.
     pub(crate) fn unattributed_lost_events(&self) -> u64 {
         self.engine.lock().unattributed_losses()

@@ -329,6 +329,18 @@ pub fn is_stacks_file_name(name: &str) -> bool {
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// How the kernel found the stacks of the allocations it counted, across every process
+/// of a tracker (diagnostics: neither is a loss). An allocation whose stack still holds
+/// every word an earlier walk from the same registers read reuses that walk's stack,
+/// exactly (docs/ARCHITECTURE.md, "Call stacks"); the others are walked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackWalks {
+    /// Allocations whose stack was walked, in calls.
+    pub walked: u64,
+    /// Allocations whose stack was reused from the cache without a walk, in calls.
+    pub reused: u64,
+}
+
 /// Allocations whose stack is not complete, in blocks allocated (see
 /// [`ProcessStacks::incomplete`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

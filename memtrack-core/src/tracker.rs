@@ -11,7 +11,9 @@ use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS,
 use crate::{
     error::{Error, Result},
     follow::{Follower, Root},
-    loader::{Engine, Loading, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks},
+    loader::{
+        Engine, Loading, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, StackSettings, UprobeLinks,
+    },
     output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
@@ -41,6 +43,7 @@ pub struct TrackerBuilder {
     links: UprobeLinks,
     count_syscalls: bool,
     stacks: Option<u32>,
+    stack_cache: bool,
 }
 
 impl Default for TrackerBuilder {
@@ -53,6 +56,7 @@ impl Default for TrackerBuilder {
             links: UprobeLinks::default(),
             count_syscalls: true,
             stacks: None,
+            stack_cache: true,
         }
     }
 }
@@ -134,6 +138,16 @@ impl TrackerBuilder {
         self
     }
 
+    /// With [`stacks`](Self::stacks): whether an allocation whose stack still holds
+    /// every word an earlier walk from the same registers read reuses that walk's stack
+    /// instead of walking again (exact either way: docs/ARCHITECTURE.md, "Call stacks").
+    /// On by default; off, every stack is walked, which only measuring the walk itself
+    /// needs. [`Tracker::stack_walks`] counts both kinds.
+    pub fn stack_cache(mut self, enabled: bool) -> Self {
+        self.stack_cache = enabled;
+        self
+    }
+
     /// The settings' range checks, and whether this process and kernel can track at
     /// all: what fails before anything is started.
     fn check(&self) -> Result<()> {
@@ -161,7 +175,10 @@ impl TrackerBuilder {
             self.placement,
             self.links,
             self.count_syscalls,
-            self.stacks,
+            self.stacks.map(|depth| StackSettings {
+                depth,
+                cache: self.stack_cache,
+            }),
             loading,
         )?;
         Ok(Arc::new(Shared::new(engine, self.count_syscalls, enabled)))
@@ -346,6 +363,14 @@ impl Tracker {
             &stacks.to_bytes(),
         )
         .map(Some)
+    }
+
+    /// How the stacks so far were found, across every process of the tracker: walked,
+    /// or reused from the in-kernel cache of walks (docs/ARCHITECTURE.md, "Call
+    /// stacks"). `None` unless built with
+    /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks).
+    pub fn stack_walks(&self) -> Option<crate::stacks::StackWalks> {
+        self.shared.stack_walks()
     }
 
     /// The probes attached to this process (what was measured).

@@ -1,8 +1,9 @@
 //! The unwinder's tail-call chain (stacks on): the entry program walks the first batch
 //! of frames and tail-calls the unwind program (`program_names::UNWIND`) through the
 //! `UNWIND_PROGS` program array, which walks the next batch and tail-calls itself (see
-//! `memtrack_common::stacks::WalkState`). This module puts the loaded unwind program
-//! into that array. The kernel allows a tail call only into a program of the caller's
+//! `memtrack_common::stacks::WalkState`); the program that ends a walk tail-calls the
+//! remembering program (`program_names::REMEMBER`, the cache of walks). This module
+//! puts both loaded programs into that array. The kernel allows a tail call only into a program of the caller's
 //! type and expected attach type, so the loader loads it the way it loads the entry
 //! program (for uprobe_multi links or for perf-event links).
 
@@ -11,42 +12,57 @@ use std::{
     os::fd::{AsRawFd, BorrowedFd},
 };
 
-use memtrack_common::{map_names, program_names, stacks::UNWIND_PROG_SLOT};
+use memtrack_common::{
+    map_names, program_names,
+    stacks::{REMEMBER_PROG_SLOT, UNWIND_PROG_SLOT},
+};
 
 use crate::{
     bpf_object::{self, Object},
     error::{Error, Result},
 };
 
-/// Puts `program` (the loaded unwind program) into `object`'s `UNWIND_PROGS` array at
-/// `UNWIND_PROG_SLOT`. The array stays in `object`: the kernel empties a program array
-/// when user space closes its last descriptor of it.
-pub(crate) fn install(object: &Object, program: BorrowedFd<'_>) -> Result<()> {
+/// The programs of the chain other than the entry program, each with its slot in
+/// `UNWIND_PROGS`.
+pub(crate) const CHAIN: [(&str, u32); 2] = [
+    (program_names::UNWIND, UNWIND_PROG_SLOT),
+    (program_names::REMEMBER, REMEMBER_PROG_SLOT),
+];
+
+/// Puts `program` (the loaded program `name` of [`CHAIN`]) into `object`'s
+/// `UNWIND_PROGS` array at `slot`. The array stays in `object`: the kernel empties a
+/// program array when user space closes its last descriptor of it.
+pub(crate) fn install(
+    object: &Object,
+    name: &str,
+    slot: u32,
+    program: BorrowedFd<'_>,
+) -> Result<()> {
     let fail = |what: String| Error::Program {
-        program: program_names::UNWIND.to_string(),
+        program: name.to_string(),
         source: Box::new(io::Error::other(format!(
-            "putting it into the program array {} at slot {UNWIND_PROG_SLOT} (needed for \
-             stacks) failed: {what}",
+            "putting it into the program array {} at slot {slot} (needed for stacks) \
+             failed: {what}",
             map_names::UNWIND_PROGS
         ))),
     };
     let map_fd = object
         .map_fd(map_names::UNWIND_PROGS)
         .ok_or_else(|| fail("the eBPF object has no such map".to_string()))?;
-    let key: u32 = UNWIND_PROG_SLOT;
+    let key: u32 = slot;
     let value: u32 = program.as_raw_fd() as u32;
     bpf_object::update_elem(map_fd, (&raw const key).cast(), (&raw const value).cast())
         .map_err(|e| fail(e.to_string()))
 }
 
-/// The id of the program in `object`'s `UNWIND_PROGS` slot, None when the slot is empty
+/// The id of the program in `object`'s `UNWIND_PROGS` at `slot`, None when it is empty
 /// (for tests: the kernel answers a lookup in a program array with the program's id).
 #[cfg(test)]
-pub(crate) fn installed_id(object: &Object) -> io::Result<Option<u32>> {
+pub(crate) fn installed_id(object: &Object, slot: u32) -> io::Result<Option<u32>> {
     let map = object
         .map_fd(map_names::UNWIND_PROGS)
         .ok_or_else(|| io::Error::other("no program array UNWIND_PROGS"))?;
-    let key: u32 = UNWIND_PROG_SLOT;
+    let key: u32 = slot;
     let mut value: u32 = 0;
     let mut attr = bpf_object::zeroed_attr();
     // SAFETY: writing plain integers into the map-element member of the union; the

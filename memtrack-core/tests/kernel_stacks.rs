@@ -423,3 +423,88 @@ fn in_process_tracker_writes_its_stacks_file() {
     let without = Tracker::builder().build(Scope::Thread).unwrap();
     assert_eq!(without.write_stacks(&out).unwrap(), None);
 }
+
+/// The in-kernel cache of walks (memtrack_common::stack_cache) against stacks that
+/// look alike where it looks first (tests/stacks/twins.c): left, right and same reach
+/// malloc through leaf with the same stack pointer and return address, so they share a
+/// cache slot and differ only further up; the fp_ functions do the same with frame
+/// pointers, so the walk depends on rbp values; big's 20,000-byte frame puts a return
+/// address beyond the cache's reach. Every stack must be exact with the cache on and
+/// off; with it on, the alternating calls and big's are all walked (the slot's words
+/// differ each time; a word out of reach is not remembered) and the repeated ones
+/// reused.
+#[test]
+fn the_cache_of_walks_tells_alike_stacks_apart_and_reuses_repeated_ones() {
+    if !require_privileges("the_cache_of_walks_tells_alike_stacks_apart_and_reuses_repeated_ones") {
+        return;
+    }
+    const ROUNDS: u64 = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "twins");
+    let path = |leaf: &str, caller: &str| {
+        [leaf, caller, "main", "?", "?", "_start"]
+            .map(String::from)
+            .to_vec()
+    };
+    let counts = |size: u64| StackCounts {
+        alloc_blocks: ROUNDS,
+        alloc_bytes: ROUNDS * size,
+        freed_blocks: ROUNDS,
+        freed_bytes: ROUNDS * size,
+        max_live_bytes: size,
+        max_live_blocks: 1,
+        ..StackCounts::default()
+    };
+    let mut expected = vec![
+        (path("leaf", "big"), counts(256)),
+        (path("fp_leaf", "fp_left"), counts(160)),
+        (path("fp_leaf", "fp_right"), counts(192)),
+        (path("fp_leaf", "fp_same"), counts(224)),
+        (path("leaf", "left"), counts(64)),
+        (path("leaf", "right"), counts(96)),
+        (path("leaf", "same"), counts(128)),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    for cache in [true, false] {
+        let tracker = Tracker::builder()
+            .stacks(64)
+            .stack_cache(cache)
+            .spawn(CommandSpec::new(&exe).args([ROUNDS.to_string()]))
+            .unwrap();
+        let status = tracker.wait().unwrap();
+        assert_eq!(status.code, Some(0), "cache {cache}");
+        let stacks = tracker.stacks(tracker.pid()).expect("stacks are on");
+        let walks = tracker.stack_walks().expect("stacks are on");
+        let stats = tracker.collect().unwrap();
+        let got: Vec<_> = named(&stacks, &exe)
+            .into_iter()
+            .map(|(frames, end, mut c)| {
+                assert_eq!(end, StackEnd::Complete, "cache {cache}: {frames:?}");
+                // The one block of the process's peak (256 bytes) is checked below.
+                c.at_peak_blocks = 0;
+                c.at_peak_bytes = 0;
+                (frames, c)
+            })
+            .collect();
+        assert_eq!(got, expected, "cache {cache}: {stacks:#?}");
+        let total = stacks.process.total();
+        assert_eq!(total.at_peak_bytes, 256, "cache {cache}");
+        assert_eq!(total.alloc_blocks, stats.alloc_calls, "cache {cache}");
+        assert_eq!(total.alloc_bytes, stats.bytes_allocated, "cache {cache}");
+        assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
+        assert_eq!(
+            walks.walked + walks.reused,
+            7 * ROUNDS,
+            "cache {cache}: every allocation's stack was found once: {walks:?}"
+        );
+        if cache {
+            // The alternating calls find each other's walk in their shared slot, and
+            // big's walk is not remembered: all walked. The repeated ones are reused but
+            // for the first on each CPU (the process may move between CPUs a few times).
+            assert!(walks.walked >= 5 * ROUNDS, "{walks:?}");
+            assert!(walks.reused >= 2 * ROUNDS - 50, "{walks:?}");
+        } else {
+            assert_eq!(walks.reused, 0, "{walks:?}");
+        }
+    }
+}

@@ -16,8 +16,10 @@ use aya_ebpf::{
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, LiveBlock, LiveKey,
     MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, ThreadState, global, ld_hook,
+    stack_cache::{CacheWindow, StackCacheSlot, WalkTrace, walks},
     stacks::{
-        KernelStackCounts, LastStack, ProcessMappings, RowCache, StackKey, StackWindow, WalkState,
+        KernelStackCounts, LastStack, ProcessMappings, RowCache, StackKey, StackWindow,
+        UNWIND_PROGS_SLOTS, WalkState,
     },
     unwind::UnwindRow,
 };
@@ -172,16 +174,38 @@ pub static STACK_WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entrie
 #[map]
 pub static ROW_CACHE: PerCpuArray<RowCache> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's remembered walks (`memtrack_common::stack_cache`): an allocation whose
+/// stack still holds every word a remembered walk read takes that walk's stack id
+/// without walking. One entry here; user space sizes it to
+/// `memtrack_common::stack_cache::STACK_CACHE_SLOTS` with stacks on.
+#[map]
+pub static STACK_CACHE: PerCpuArray<StackCacheSlot> = PerCpuArray::with_max_entries(1, 0);
+
+/// What the walk in progress on this CPU read, step by step, for the cache of walks
+/// (`memtrack_common::stack_cache::WalkTrace`).
+#[map]
+pub static WALK_TRACE: PerCpuArray<WalkTrace> = PerCpuArray::with_max_entries(1, 0);
+
+/// The copy of the stack a cache check compares (stack_cache.rs).
+#[map]
+pub static CACHE_WINDOW: PerCpuArray<CacheWindow> = PerCpuArray::with_max_entries(1, 0);
+
+/// Stacks walked and stacks reused from the cache, per CPU
+/// (`memtrack_common::stack_cache::walks`).
+#[map]
+pub static STACK_WALKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(walks::LEN, 0);
+
 /// The walk in progress on this CPU, handed from one program of the unwinding chain to
 /// the next (unwind.rs).
 #[map]
 pub static UNWIND_STATE: PerCpuArray<WalkState> = PerCpuArray::with_max_entries(1, 0);
 
 /// The unwind program, at `memtrack_common::stacks::UNWIND_PROG_SLOT`, for the chain's
-/// tail calls. Filled by user space with stacks on; empty otherwise (and then never
-/// called: the verifier prunes the walk with the depth global at 0).
+/// tail calls, and the program that remembers a finished walk, at `REMEMBER_PROG_SLOT`.
+/// Filled by user space with stacks on; empty otherwise (and then never called: the
+/// verifier prunes the walk with the depth global at 0).
 #[map]
-pub static UNWIND_PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+pub static UNWIND_PROGS: ProgramArray = ProgramArray::with_max_entries(UNWIND_PROGS_SLOTS, 0);
 
 /// thread id -> the signal the loader hook sent it to stop it (ld_hook.rs); the follower
 /// deletes the entry when the thread stops with that signal. Preallocated: the hook

@@ -26,6 +26,7 @@ use aya_ebpf::{
 };
 use memtrack_common::{
     LiveBlock, PidStats, global,
+    stack_cache::{OWN_STEP, WalkTrace, walks},
     stacks::{
         KernelStackCounts, LOST_STACK, LastStack, MAPPING_SEARCH_STEPS, MAX_MAPPINGS,
         MAX_STACK_DEPTH, MAX_UNWIND_DEPTH, MappingEntry, NO_STACK, ProcessMappings, RowCache,
@@ -42,6 +43,7 @@ use crate::{
         GLOBAL, LAST_STACK, MAPPINGS, ROW_CACHE, STACK_COUNTS, STACK_IDS, STACK_SCRATCH,
         STACK_WINDOW, THREADS, UNWIND_PROGS, UNWIND_ROWS, UNWIND_STATE,
     },
+    stack_cache,
 };
 
 /// `BPF_NOEXIST`: insert only if the key is new.
@@ -81,6 +83,7 @@ struct Buffers {
     last: *mut LastStack,
     state: *mut WalkState,
     cache: *mut RowCache,
+    trace: *mut WalkTrace,
 }
 
 /// This CPU's [`Buffers`], None only if a per-CPU map has no entry 0.
@@ -92,13 +95,15 @@ fn buffers() -> Option<Buffers> {
         last: LAST_STACK.get_ptr_mut(0)?,
         state: UNWIND_STATE.get_ptr_mut(0)?,
         cache: ROW_CACHE.get_ptr_mut(0)?,
+        trace: stack_cache::trace()?,
     })
 }
 
-/// Walks the stack of the counted call whose pending entry thread `pid_tgid` has just
-/// recorded (at `entry_sp`), from the probe's registers `ip`, `sp`, `bp`: the first
-/// batch here, the rest by tail calls. Call it last: after a tail call the entry
-/// program does not resume.
+/// Finds the stack of the counted call whose pending entry thread `pid_tgid` has just
+/// recorded (at `entry_sp`), from the probe's registers `ip`, `sp`, `bp`: from this
+/// CPU's cache of walks when it remembers this one (stack_cache.rs), else by walking
+/// it, the first batch here, the rest by tail calls. Call it last: after a tail call
+/// the entry program does not resume.
 #[inline(always)]
 pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64, bp: u64) {
     let depth = depth();
@@ -108,6 +113,17 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
     let Some(b) = buffers() else {
         return;
     };
+    // SAFETY: plain data read in place.
+    let mappings = unsafe { MAPPINGS.get(&((pid_tgid >> 32) as u32)) };
+    if let Some(m) = mappings {
+        let id = stack_cache::cached(ip, sp, bp, m.generation);
+        if id != NO_STACK {
+            stack_cache::count(walks::REUSED);
+            set_pending_stack(entry_sp, id);
+            return;
+        }
+    }
+    stack_cache::count(walks::WALKED);
     // SAFETY: the buffers are this CPU's own for the program's run.
     let (frames, window, last, cache) = unsafe {
         (
@@ -132,15 +148,17 @@ pub fn start(ctx: &ProbeContext, pid_tgid: u64, entry_sp: u64, ip: u64, sp: u64,
         window: 0,
         diff: 0,
         prev,
+        nonce: 0,
     };
-    // SAFETY: plain data read in place.
-    let end = match unsafe { MAPPINGS.get(&((pid_tgid >> 32) as u32)) } {
+    let end = match mappings {
         // The allocation function's own frame is walked, not stored.
         Some(mappings) => {
+            stack_cache::begin(b.trace, &mut s, mappings.generation);
             let mut w = Walk {
                 frames,
                 window,
                 cache,
+                trace: b.trace,
                 mappings,
                 depth: depth as usize,
             };
@@ -183,6 +201,7 @@ pub fn unwind_prog(ctx: ProbeContext) -> u32 {
                 frames,
                 window,
                 cache,
+                trace: b.trace,
                 mappings,
                 depth: depth as usize,
             },
@@ -219,13 +238,21 @@ fn continue_or_finish(ctx: &ProbeContext, b: &Buffers, s: WalkState, end: Option
             end,
         };
     }
+    set_pending_stack(s.entry_sp, id);
+    stack_cache::remember(ctx, b.trace, &s, end, id);
+}
+
+/// Writes stack `id` into the calling thread's pending call, if that is still the call
+/// made at `entry_sp` and it has no stack yet.
+#[inline(always)]
+fn set_pending_stack(entry_sp: u64, id: u32) {
     if let Some(state) = THREADS.current(false) {
         // SAFETY: only this thread touches its own entry (the walk's thread: the entry
         // program's, or `unwind_prog` checked the owner); the depth and entry_sp checks
         // make sure it is still the call the walk began for.
         unsafe {
             let p = &raw mut (*state).pending;
-            if (*p).depth != 0 && (*p).entry_sp == s.entry_sp && (*p).stack == LOST_STACK {
+            if (*p).depth != 0 && (*p).entry_sp == entry_sp && (*p).stack == LOST_STACK {
                 (*p).stack = id;
             }
         }
@@ -282,6 +309,8 @@ struct Walk<'a> {
     window: &'a mut StackWindow,
     /// The remembered frame lookups.
     cache: &'a mut RowCache,
+    /// This CPU's trace of the walk, for the cache of walks (stack_cache.rs).
+    trace: *mut WalkTrace,
     /// The process's executable mappings.
     mappings: &'a ProcessMappings,
     /// The frames to store at most.
@@ -312,6 +341,9 @@ const END_MASK: u64 = 3 << frame::END_SHIFT;
 /// then moves `s` to its caller. The end (`frame::end`) when there is none to move to.
 #[inline(always)]
 fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
+    // The step's index in the trace: its frame's, or the allocation function's own.
+    let k = if store { s.stored as usize } else { OWN_STEP };
+    stack_cache::step_begins(w.trace, k);
     let ip = s.ip;
     let sp = s.sp;
     let is_return_address = s.is_return_address != 0;
@@ -345,7 +377,6 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
     let Found::Row { row, .. } = found else {
         return Some(frame::end::UNKNOWN);
     };
-    let window = &mut *w.window;
     let offset = u64::from(row.cfa_offset) * OFFSET_UNIT;
     let cfa = match row.cfa_rule {
         cfa_rule::RSP => sp.wrapping_add(offset),
@@ -355,10 +386,13 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
             sp.wrapping_add(offset).wrapping_add(pushed)
         }
         cfa_rule::SIGNAL_FRAME => {
+            // A walk through a signal frame is not remembered (rare; its registers
+            // would be more words to compare).
+            stack_cache::unrememberable(w.trace, s);
             let (Some(r_bp), Some(r_sp), Some(r_ip)) = (
-                read(window, s, sp.wrapping_add(sigframe::RBP)),
-                read(window, s, sp.wrapping_add(sigframe::RSP)),
-                read(window, s, sp.wrapping_add(sigframe::RIP)),
+                read(w, s, sp.wrapping_add(sigframe::RBP)),
+                read(w, s, sp.wrapping_add(sigframe::RSP)),
+                read(w, s, sp.wrapping_add(sigframe::RIP)),
             ) else {
                 return Some(frame::end::UNKNOWN);
             };
@@ -371,22 +405,27 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
         cfa_rule::END_OF_STACK => return Some(frame::end::COMPLETE),
         _ => return Some(frame::end::UNKNOWN),
     };
+    stack_cache::step_rule(w.trace, k, row.cfa_rule);
     if cfa <= sp {
         return Some(frame::end::UNKNOWN);
     }
     // The saved rbp lies below the return address: read it first, so one window copied
     // from the lower address holds both.
     let mut bp = s.bp;
+    let mut bp_at = 0;
     if row.rbp_rule < 0 {
         let at = cfa.wrapping_sub(u64::from(row.rbp_rule.unsigned_abs()) * OFFSET_UNIT);
-        match read(window, s, at) {
+        match read(w, s, at) {
             Some(v) => bp = v,
             None => return Some(frame::end::UNKNOWN),
         }
+        bp_at = at;
     }
-    let Some(ra) = read(window, s, cfa.wrapping_sub(8)) else {
+    stack_cache::step_bp(w.trace, k, bp_at, bp);
+    let Some(ra) = read(w, s, cfa.wrapping_sub(8)) else {
         return Some(frame::end::UNKNOWN);
     };
+    stack_cache::step_return(w.trace, k, cfa.wrapping_sub(8), ra);
     s.bp = bp;
     s.ip = ra;
     s.sp = cfa;
@@ -398,7 +437,8 @@ fn step(w: &mut Walk, s: &mut WalkState, store: bool) -> Option<u64> {
 /// holds them, else from a new copy of [`WINDOW_BYTES`] from `addr` on, else (the copy
 /// failed: its end is not mapped) read alone.
 #[inline(always)]
-fn read(window: &mut StackWindow, s: &mut WalkState, addr: u64) -> Option<u64> {
+fn read(w: &mut Walk, s: &mut WalkState, addr: u64) -> Option<u64> {
+    let window = &mut *w.window;
     let offset = addr.wrapping_sub(s.window);
     if s.window != 0 && offset <= WINDOW_BYTES - 8 && offset & 7 == 0 {
         return Some(window.words[(offset / 8) as usize & (WINDOW_WORDS - 1)]);
@@ -420,7 +460,13 @@ fn read(window: &mut StackWindow, s: &mut WalkState, addr: u64) -> Option<u64> {
     }
     s.window = 0;
     // SAFETY: the helper checks the address.
-    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+    let word = unsafe { bpf_probe_read_user(addr as *const u64) }.ok();
+    if word.is_none() {
+        // The walk ends here as unknown, which a later one finding the word readable
+        // would not: it is not remembered.
+        stack_cache::unrememberable(w.trace, s);
+    }
+    word
 }
 
 /// What the lookup of a frame's call site found.
