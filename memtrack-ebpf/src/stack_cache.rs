@@ -151,6 +151,10 @@ pub fn remember(ctx: &ProbeContext, trace: *mut WalkTrace, s: &WalkState, end: u
     if !enabled() || id == NO_STACK || id == LOST_STACK {
         return;
     }
+    // A walk that began no trace (its process had no mappings yet) has nonce 0, which
+    // the trace never holds once a walk began on this CPU (nonces count from 1), and
+    // whose `failed` matches it before: remember_walk refuses it either way. (Testing
+    // the nonce here instead doubled the entry program's verified instructions.)
     // SAFETY: this CPU's map value.
     unsafe {
         (*trace).done_nonce = s.nonce;
