@@ -432,3 +432,66 @@ fn a_depth_across_a_batch_boundary_gives_exactly_that_many_frames() {
     expected.push("[truncated]".to_string());
     assert_eq!(run.dhat_frames(), expected);
 }
+
+/// `memtrack run --stacks` says how many stacks were walked and how many the kernel's
+/// cache of walks gave, and `--no-stack-cache` walks every one: tests/stacks/twins.c
+/// (1,400 allocations, 600 of them repeats of the stack before) gives the same stacks
+/// and counts either way.
+#[test]
+fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
+    if !require_privileges("no_stack_cache_walks_every_stack_and_changes_no_stack") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "twins.c");
+    let run = |extra: &[&str]| {
+        let results = dir.path().join(format!("results{}", extra.len()));
+        let (out, _, stderr) = output(
+            memtrack()
+                .args(["run", "--stacks"])
+                .args(extra)
+                .arg("-o")
+                .arg(&results)
+                .arg("--")
+                .arg(&exe)
+                .arg("200"),
+        );
+        assert!(out.status.success(), "memtrack run failed: {stderr}");
+        let said = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("memtrack: stacks walked: "))
+            .unwrap_or_else(|| panic!("no 'stacks walked' line in {stderr}"));
+        let (walked, reused) = said
+            .split_once(", reused from the cache of walks: ")
+            .unwrap_or_else(|| panic!("{said:?}"));
+        let read = MemtrackResult::read_dir(&results).unwrap();
+        let stacks = read_stacks(&results.join(stacks_file_name(read[0].process.pid))).unwrap();
+        let mut entries: Vec<_> = stacks
+            .process
+            .entries
+            .iter()
+            .map(|e| {
+                let frames: Vec<u64> = stacks.stacks[e.stack as usize]
+                    .frames
+                    .iter()
+                    .map(|f| f.address)
+                    .collect();
+                (frames, e.counts.alloc_blocks, e.counts.alloc_bytes)
+            })
+            .collect();
+        entries.sort();
+        let parse = |n: &str| n.parse::<u64>().unwrap_or_else(|e| panic!("{n:?}: {e}"));
+        (parse(walked), parse(reused), entries)
+    };
+    let (walked, reused, cached) = run(&[]);
+    assert_eq!(walked + reused, 1400, "walked {walked}, reused {reused}");
+    assert!(reused >= 350, "walked {walked}, reused {reused}");
+    let (walked, reused, uncached) = run(&["--no-stack-cache"]);
+    assert_eq!((walked, reused), (1400, 0));
+    assert_eq!(cached, uncached);
+    assert_eq!(cached.len(), 7, "{cached:?}");
+    assert!(
+        cached.iter().all(|(_, blocks, _)| *blocks == 200),
+        "{cached:?}"
+    );
+}
