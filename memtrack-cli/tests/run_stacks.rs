@@ -53,17 +53,27 @@ fn output(command: &mut Command) -> (Output, String, String) {
 /// program (its only result) and what memtrack said on stderr.
 fn run_with_stacks(dir: &Path, exe: &Path) -> (PathBuf, u32, String) {
     let results = dir.join("results");
+    let (pid, stderr) = run_into(&results, &["--stacks"], exe, &[]);
+    (results, pid, stderr)
+}
+
+/// Runs `memtrack run FLAGS -o RESULTS -- EXE ARGS`, checks that it succeeded with one
+/// result, and returns the program's pid and what memtrack said on stderr.
+fn run_into(results: &Path, flags: &[&str], exe: &Path, args: &[&str]) -> (u32, String) {
     let (out, _, stderr) = output(
         memtrack()
-            .args(["run", "--stacks", "-o"])
-            .arg(&results)
+            .arg("run")
+            .args(flags)
+            .arg("-o")
+            .arg(results)
             .arg("--")
-            .arg(exe),
+            .arg(exe)
+            .args(args),
     );
     assert!(out.status.success(), "memtrack run failed: {stderr}");
-    let read = MemtrackResult::read_dir(&results).unwrap();
+    let read = MemtrackResult::read_dir(results).unwrap();
     assert_eq!(read.len(), 1, "{read:#?}");
-    (results, read[0].process.pid, stderr)
+    (read[0].process.pid, stderr)
 }
 
 #[test]
@@ -228,18 +238,7 @@ fn run_deep(dir: &Path, stacks_arg: &str, levels: u32) -> DeepRun {
         build(dir, "deep.c");
     }
     let results = dir.join(format!("results{stacks_arg}-{levels}"));
-    let (out, _, stderr) = output(
-        memtrack()
-            .args(["run", stacks_arg, "-o"])
-            .arg(&results)
-            .arg("--")
-            .arg(&exe)
-            .arg(levels.to_string()),
-    );
-    assert!(out.status.success(), "memtrack run failed: {stderr}");
-    let read = MemtrackResult::read_dir(&results).unwrap();
-    assert_eq!(read.len(), 1, "{read:#?}");
-    let pid = read[0].process.pid;
+    let (pid, stderr) = run_into(&results, &[stacks_arg], &exe, &[&levels.to_string()]);
     let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
     let dhat_path = dir.join(format!("deep{stacks_arg}-{levels}.dhat.json"));
     let (out, report, report_err) = output(
@@ -444,19 +443,9 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "twins.c");
-    let run = |extra: &[&str]| {
-        let results = dir.path().join(format!("results{}", extra.len()));
-        let (out, _, stderr) = output(
-            memtrack()
-                .args(["run", "--stacks"])
-                .args(extra)
-                .arg("-o")
-                .arg(&results)
-                .arg("--")
-                .arg(&exe)
-                .arg("200"),
-        );
-        assert!(out.status.success(), "memtrack run failed: {stderr}");
+    let run = |flags: &[&str]| {
+        let results = dir.path().join(format!("results{}", flags.len()));
+        let (pid, stderr) = run_into(&results, flags, &exe, &["200"]);
         let said = stderr
             .lines()
             .find_map(|l| l.strip_prefix("memtrack: stacks walked: "))
@@ -464,8 +453,7 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
         let (walked, reused) = said
             .split_once(", reused from the cache of walks: ")
             .unwrap_or_else(|| panic!("{said:?}"));
-        let read = MemtrackResult::read_dir(&results).unwrap();
-        let stacks = read_stacks(&results.join(stacks_file_name(read[0].process.pid))).unwrap();
+        let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
         let mut entries: Vec<_> = stacks
             .process
             .entries
@@ -483,10 +471,10 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
         let parse = |n: &str| n.parse::<u64>().unwrap_or_else(|e| panic!("{n:?}: {e}"));
         (parse(walked), parse(reused), entries)
     };
-    let (walked, reused, cached) = run(&[]);
+    let (walked, reused, cached) = run(&["--stacks"]);
     assert_eq!(walked + reused, 1400, "walked {walked}, reused {reused}");
     assert!(reused >= 350, "walked {walked}, reused {reused}");
-    let (walked, reused, uncached) = run(&["--no-stack-cache"]);
+    let (walked, reused, uncached) = run(&["--stacks", "--no-stack-cache"]);
     assert_eq!((walked, reused), (1400, 0));
     assert_eq!(cached, uncached);
     assert_eq!(cached.len(), 7, "{cached:?}");

@@ -6,7 +6,7 @@
 use std::{path::Path, process::Command};
 
 use memtrack::{
-    CommandSpec, OutputDir, ProcessTracker, Scope, Tracker, UprobeLinks,
+    CommandSpec, OutputDir, ProcessTracker, Scope, Tracker, TrackerBuilder, UprobeLinks,
     stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
 };
 use memtrack_test_support::{repo_dir, require_privileges};
@@ -39,17 +39,24 @@ fn run_with_stacks(
     depth: u32,
     links: UprobeLinks,
 ) -> (ProcessTracker, ProcessStacks) {
-    let tracker = Tracker::builder()
-        .stacks(depth)
-        .uprobe_links(links)
+    let builder = Tracker::builder().stacks(depth).uprobe_links(links);
+    run_under(builder, exe, args, &format!("depth {depth}, {links:?}"))
+}
+
+/// Runs `exe` with `args` under a spawn tracker made by `builder` (with stacks on),
+/// checks that it exited 0 (`case` says which run failed), and returns the tracker and
+/// the process's stacks.
+fn run_under(
+    builder: TrackerBuilder,
+    exe: &Path,
+    args: &[&str],
+    case: &str,
+) -> (ProcessTracker, ProcessStacks) {
+    let tracker = builder
         .spawn(CommandSpec::new(exe).args(args.iter().copied()))
         .unwrap();
     let status = tracker.wait().unwrap();
-    assert_eq!(
-        status.code,
-        Some(0),
-        "{exe:?} {args:?}, depth {depth}, {links:?}"
-    );
+    assert_eq!(status.code, Some(0), "{exe:?} {args:?}, {case}");
     let stacks = tracker.stacks(tracker.pid()).expect("stacks are on");
     (tracker, stacks)
 }
@@ -466,14 +473,9 @@ fn the_cache_of_walks_tells_alike_stacks_apart_and_reuses_repeated_ones() {
     ];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
     for cache in [true, false] {
-        let tracker = Tracker::builder()
-            .stacks(64)
-            .stack_cache(cache)
-            .spawn(CommandSpec::new(&exe).args([ROUNDS.to_string()]))
-            .unwrap();
-        let status = tracker.wait().unwrap();
-        assert_eq!(status.code, Some(0), "cache {cache}");
-        let stacks = tracker.stacks(tracker.pid()).expect("stacks are on");
+        let builder = Tracker::builder().stacks(64).stack_cache(cache);
+        let rounds = ROUNDS.to_string();
+        let (tracker, stacks) = run_under(builder, &exe, &[&rounds], &format!("cache {cache}"));
         let walks = tracker.stack_walks().expect("stacks are on");
         let stats = tracker.collect().unwrap();
         let got: Vec<_> = named(&stacks, &exe)
