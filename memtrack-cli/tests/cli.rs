@@ -549,7 +549,7 @@ fn a_failed_load_never_runs_the_command() {
         (command.output().unwrap(), out_dir)
     };
 
-    // 8,388,608 preallocated blocks: about 832 MiB of kernel memory, over the limit.
+    // 8,388,608 preallocated blocks: about 768 MiB of kernel memory, over the limit.
     let marker = dir.path().join("ran-after-failed-load");
     let (out, out_dir) = run("8388608", &marker);
     let stderr = String::from_utf8_lossy(&out.stderr);

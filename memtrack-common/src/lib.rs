@@ -459,9 +459,6 @@ pub struct LiveBlock {
     pub stack: u32,
     /// Always zero (explicit padding, so every value byte is initialised).
     pub _pad: u32,
-    /// When the block was handed out (`bpf_ktime_get_ns`, CLOCK_MONOTONIC ns) with
-    /// stacks on, for its stack's total lifetime; 0 with stacks off.
-    pub born_ns: u64,
 }
 
 impl LiveBlock {
@@ -511,8 +508,6 @@ pub struct Pending {
     pub old_stack: u32,
     /// Always zero (explicit padding).
     pub _pad: u32,
-    /// realloc/reallocarray: the old block's `LiveBlock::born_ns`, with `old_size`.
-    pub old_born_ns: u64,
     /// Bit set of [`pending_flags`].
     pub flags: u64,
     /// The outermost call's stack pointer at function entry. A later probed call on the

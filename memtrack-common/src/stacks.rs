@@ -332,15 +332,22 @@ pub const fn stack_counts_key(tgid: u32, stack: u32) -> u64 {
 }
 
 /// Value of the `STACK_COUNTS` map: one stack's counters in one process. Sizes are
-/// requested sizes in bytes, blocks are counts.
+/// requested sizes in bytes, blocks are counts, times CLOCK_MONOTONIC ns
+/// (`bpf_ktime_get_ns`).
+///
+/// Only sums that grow are kept, so an allocation changes three of them and a release
+/// three (`alloc_*` and `born_ns_sum`; `freed_*` and `freed_at_ns_sum`): what is live is
+/// what was allocated less what was freed ([`live_blocks`](Self::live_blocks),
+/// [`live_bytes`](Self::live_bytes)), and the lifetimes are the release times less the
+/// allocation times ([`total_lifetime_ns`](Self::total_lifetime_ns)).
 ///
 /// The bytes at the process's global peak are kept lazily (O(1) per event): the process
 /// bumps `PidStats::peak_epoch` each time its live bytes reach a new peak; before an
-/// event changes this stack's live counters, if `epoch` is older than the process's
-/// epoch (a new peak came since the last change), the current live counters were this
-/// stack's share of that peak and are saved into `peak_*`. When reading: if `epoch` is
-/// older than the process's final epoch, `live_*` are the share at the last peak,
-/// otherwise `peak_*` are.
+/// event changes this stack's counters, if `epoch` is older than the process's epoch (a
+/// new peak came since the last change), the live counters then were this stack's share
+/// of that peak and are saved into `peak_*`. When reading: if `epoch` is older than the
+/// process's final epoch, the live counters are the share at the last peak, otherwise
+/// `peak_*` are.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelStackCounts {
@@ -352,11 +359,7 @@ pub struct KernelStackCounts {
     pub freed_blocks: u64,
     /// Their bytes.
     pub freed_bytes: u64,
-    /// Blocks of this stack live now.
-    pub live_blocks: u64,
-    /// Their bytes.
-    pub live_bytes: u64,
-    /// The process's peak epoch at the last change of `live_*`.
+    /// The process's peak epoch at the last change of the live counters.
     pub epoch: u64,
     /// Live blocks at the last peak before `epoch` was set (see the type's docs).
     pub peak_blocks: u64,
@@ -366,30 +369,40 @@ pub struct KernelStackCounts {
     pub max_live_bytes: u64,
     /// Blocks live at that time.
     pub max_live_blocks: u64,
-    /// Sum of the lifetimes of the released blocks, ns (each from its allocation to its
-    /// release, `bpf_ktime_get_ns`).
-    pub lifetime_ns: u64,
-    /// Sum of the allocation times (`LiveBlock::born_ns`) of the live blocks, wrapping:
-    /// their lifetimes up to a time `end` add `live_blocks * end - live_born_ns`
-    /// (exact in wrapping arithmetic whenever that total fits in 64 bits).
-    pub live_born_ns: u64,
+    /// Sum of the allocation times of every block allocated from this stack, ns,
+    /// wrapping.
+    pub born_ns_sum: u64,
+    /// Sum of the release times of the released ones, ns, wrapping.
+    pub freed_at_ns_sum: u64,
 }
 
 impl KernelStackCounts {
+    /// Blocks of this stack live now: allocated less released.
+    pub const fn live_blocks(&self) -> u64 {
+        self.alloc_blocks.wrapping_sub(self.freed_blocks)
+    }
+
+    /// Their bytes.
+    pub const fn live_bytes(&self) -> u64 {
+        self.alloc_bytes.wrapping_sub(self.freed_bytes)
+    }
+
     /// Total lifetime in ns of every block of this stack, the live ones counted up to
     /// `end_ns` (CLOCK_MONOTONIC ns, not before their allocation), as valgrind DHAT's
-    /// "tl" counts blocks live at exit up to the end.
+    /// "tl" counts blocks live at exit up to the end: the released blocks' release times
+    /// plus `end_ns` for each live one, less every block's allocation time (exact in
+    /// wrapping arithmetic whenever that total fits in 64 bits).
     pub const fn total_lifetime_ns(&self, end_ns: u64) -> u64 {
-        self.lifetime_ns
-            .wrapping_add(self.live_blocks.wrapping_mul(end_ns))
-            .wrapping_sub(self.live_born_ns)
+        self.freed_at_ns_sum
+            .wrapping_add(self.live_blocks().wrapping_mul(end_ns))
+            .wrapping_sub(self.born_ns_sum)
     }
 
     /// (blocks, bytes) of this stack live at the process's last global peak, given the
     /// process's final peak epoch.
     pub const fn at_peak(&self, process_epoch: u64) -> (u64, u64) {
         if self.epoch < process_epoch {
-            (self.live_blocks, self.live_bytes)
+            (self.live_blocks(), self.live_bytes())
         } else {
             (self.peak_blocks, self.peak_bytes)
         }

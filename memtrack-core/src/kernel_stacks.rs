@@ -276,8 +276,8 @@ fn to_counts(c: &KernelStackCounts, epoch: u64, now_ns: u64) -> StackCounts {
         alloc_bytes: c.alloc_bytes,
         freed_blocks: c.freed_blocks,
         freed_bytes: c.freed_bytes,
-        live_blocks: c.live_blocks,
-        live_bytes: c.live_bytes,
+        live_blocks: c.live_blocks(),
+        live_bytes: c.live_bytes(),
         at_peak_blocks,
         at_peak_bytes,
         max_live_bytes: c.max_live_bytes,
@@ -356,8 +356,10 @@ mod tests {
     #[test]
     fn at_peak_is_the_live_value_when_a_peak_came_after_the_last_change() {
         let c = KernelStackCounts {
-            live_blocks: 2,
-            live_bytes: 20,
+            alloc_blocks: 5,
+            alloc_bytes: 50,
+            freed_blocks: 3,
+            freed_bytes: 30,
             epoch: 3,
             peak_blocks: 1,
             peak_bytes: 7,
@@ -373,23 +375,27 @@ mod tests {
     /// sum of their allocation times: exact even when that sum wrapped.
     #[test]
     fn total_lifetime_adds_the_live_blocks_up_to_the_read() {
-        // Released: 30 ns in all. Live: born at 100 and 250, read at 1000.
+        // Released: born at 10 and 20, released at 25 and 35 (30 ns in all). Live:
+        // born at 100 and 250, read at 1000.
         let c = KernelStackCounts {
-            live_blocks: 2,
-            lifetime_ns: 30,
-            live_born_ns: 350,
+            alloc_blocks: 4,
+            freed_blocks: 2,
+            born_ns_sum: 10 + 20 + 100 + 250,
+            freed_at_ns_sum: 25 + 35,
             ..KernelStackCounts::default()
         };
         assert_eq!(
             to_counts(&c, 0, 1000).total_lifetime_ns,
             Some(30 + 900 + 750)
         );
-        // Born near the end of the clock's range: the sum wrapped.
-        let born = [u64::MAX - 10, u64::MAX - 4];
+        // Born near the end of the clock's range: the sums wrapped. Released: born at
+        // MAX - 20, released at MAX - 15 (5 ns). Live: born at MAX - 10 and MAX - 4.
+        let born = [u64::MAX - 20, u64::MAX - 10, u64::MAX - 4];
         let c = KernelStackCounts {
-            live_blocks: 2,
-            lifetime_ns: 5,
-            live_born_ns: born[0].wrapping_add(born[1]),
+            alloc_blocks: 3,
+            freed_blocks: 1,
+            born_ns_sum: born[0].wrapping_add(born[1]).wrapping_add(born[2]),
+            freed_at_ns_sum: u64::MAX - 15,
             ..KernelStackCounts::default()
         };
         assert_eq!(

@@ -38,7 +38,7 @@ static EBPF_OBJECT: &[u8] =
 /// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG);
 /// the capacity split between the preallocated map and the on-demand one stays within
 /// what either could hold alone.
-/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 24) and every
+/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 16) and every
 /// entry was preallocated: 2^27 blocks took about 11 GiB of kernel memory and 18 s to
 /// reserve ([`live_map_bytes`]); a machine without that much memory refuses
 /// ([`Error::LiveMap`](crate::Error::LiveMap)).
@@ -52,19 +52,19 @@ const ELEMENT_HEADER: u64 = 48;
 /// `preallocated` (at most `max_live_blocks`) have preallocated entries
 /// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)).
 ///
-/// Reserved when the tracker loads ([`LiveMapBytes::at_load`]): 88 bytes per
-/// preallocated entry (the kernel's 48-byte element header, the 16-byte key, the 24-byte
-/// value: size, stack id and allocation time) and 16 bytes per hash bucket of both maps
-/// (each has its capacity rounded up to a power of two of buckets). The entries of the
-/// blocks beyond the preallocated ones are allocated as those blocks go live and freed
-/// when they are released, 96 bytes each (the same 88 bytes in the kernel's 96-byte size
-/// class): at most [`LiveMapBytes::on_demand`] more.
+/// Reserved when the tracker loads ([`LiveMapBytes::at_load`]): 80 bytes per
+/// preallocated entry (the kernel's 48-byte element header, the 16-byte key, the 16-byte
+/// value: size and stack id) and 16 bytes per hash bucket of both maps (each has its
+/// capacity rounded up to a power of two of buckets). The entries of the blocks beyond
+/// the preallocated ones are allocated as those blocks go live and freed when they are
+/// released, 96 bytes each (the same 80 bytes and the allocator's 8-byte list node in the
+/// kernel's 96-byte size class): at most [`LiveMapBytes::on_demand`] more.
 pub fn live_map_bytes(max_live_blocks: u32, preallocated: u32) -> LiveMapBytes {
     let split = LiveSplit::new(max_live_blocks, preallocated);
     let entry = ELEMENT_HEADER + (size_of::<LiveKey>() + size_of::<LiveBlock>()) as u64;
     let buckets = |n: u32| u64::from(n).next_power_of_two() * 16;
     // The kernel's BPF allocator puts an 8-byte list node before each object and
-    // serves 88 + 8 bytes from its 96-byte size class.
+    // serves 80 + 8 bytes from its 96-byte size class.
     const ON_DEMAND_ENTRY: u64 = 96;
     let on_demand = u64::from(max_live_blocks.saturating_sub(split.preallocated));
     LiveMapBytes {
@@ -1292,7 +1292,7 @@ mod tests {
         assert!(
             err.to_string().starts_with(
                 "creating the kernel maps for 134217729 live blocks (134217729 of them \
-                 preallocated; about 15360 MiB of kernel memory reserved when memtrack \
+                 preallocated; about 14336 MiB of kernel memory reserved when memtrack \
                  starts, the other blocks' entries allocated as they go live) failed: "
             ),
             "{err}"

@@ -227,9 +227,9 @@ fn the_preallocated_part_is_checked_and_clamped() {
     let bytes = memtrack::live_map_bytes(1000, 1 << 20);
     assert_eq!(bytes, memtrack::live_map_bytes(1000, 1000));
     assert_eq!(bytes.on_demand, 0);
-    // The default: 524,288 preallocated (88 bytes each, 16 per bucket), the other
+    // The default: 524,288 preallocated (80 bytes each, 16 per bucket), the other
     // 524,288 blocks' buckets (2^19 of them) at load, their entries on demand.
     let default = memtrack::live_map_bytes(1 << 20, 1 << 19);
-    assert_eq!(default.at_load, (1 << 19) * (88 + 16) + (1 << 19) * 16);
+    assert_eq!(default.at_load, (1 << 19) * (80 + 16) + (1 << 19) * 16);
     assert_eq!(default.on_demand, 524_288 * 96);
 }

@@ -466,12 +466,10 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
                     // would.
                     core::ptr::write_volatile(word, size);
                     core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
-                    core::ptr::write_volatile(&raw mut (*v).born_ns, block.born_ns);
                     return true;
                 }
                 if atomics::swap(word, LiveBlock::RELEASED, size) {
                     core::ptr::write_volatile(&raw mut (*v).stack, block.stack);
-                    core::ptr::write_volatile(&raw mut (*v).born_ns, block.born_ns);
                     return true;
                 }
             },
@@ -522,12 +520,11 @@ pub fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock)
 pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> LiveBlock {
     // The stack the block is charged to, and released from: lost when its counters
     // could not be created.
-    let (stack, born_ns) = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
+    let stack = crate::unwind::charge_alloc(stats, t.tgid(), stack, size);
     LiveBlock {
         size,
         stack,
         _pad: 0,
-        born_ns,
     }
 }
 
@@ -589,14 +586,12 @@ pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
                 return None;
             }
             let stack = core::ptr::read_volatile(&raw const (*v).stack);
-            let born_ns = core::ptr::read_volatile(&raw const (*v).born_ns);
             if atomics::swap(word, size, LiveBlock::RELEASED) {
                 (*t.state).released = addr;
                 return Some(LiveBlock {
                     size,
                     stack,
                     _pad: 0,
-                    born_ns,
                 });
             }
         }
@@ -616,7 +611,6 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
             let p = &raw mut (*t.state).pending;
             (*p).old_size = old.size;
             (*p).old_stack = old.stack;
-            (*p).old_born_ns = old.born_ns;
             (*p).flags |= pending_flags::OLD_KNOWN;
         }
     }

@@ -667,16 +667,21 @@ const ZERO_COUNTS: KernelStackCounts = KernelStackCounts {
     alloc_bytes: 0,
     freed_blocks: 0,
     freed_bytes: 0,
-    live_blocks: 0,
-    live_bytes: 0,
     epoch: 0,
     peak_blocks: 0,
     peak_bytes: 0,
     max_live_bytes: 0,
     max_live_blocks: 0,
-    lifetime_ns: 0,
-    live_born_ns: 0,
+    born_ns_sum: 0,
+    freed_at_ns_sum: 0,
 };
+
+/// What is live of a pair of sums that only grow: `allocated` less `freed` (blocks or
+/// bytes; see `KernelStackCounts`).
+#[inline(always)]
+fn live(allocated: *const u64, freed: *const u64) -> u64 {
+    atomics::load(allocated).wrapping_sub(atomics::load(freed))
+}
 
 /// Saves the stack's live counters as its share of the last peak when a peak came since
 /// their last change (see `KernelStackCounts`). Runs before every change of them.
@@ -686,8 +691,8 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
     unsafe {
         let epoch = atomics::load(&raw const (*stats).peak_epoch);
         if (*c).epoch < epoch {
-            (*c).peak_blocks = (*c).live_blocks;
-            (*c).peak_bytes = (*c).live_bytes;
+            (*c).peak_blocks = live(&raw const (*c).alloc_blocks, &raw const (*c).freed_blocks);
+            (*c).peak_bytes = live(&raw const (*c).alloc_bytes, &raw const (*c).freed_bytes);
             (*c).epoch = epoch;
         }
     }
@@ -698,18 +703,18 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
 /// charged to, which the live map keeps with the block for its release: `stack`, or
 /// [`LOST_STACK`] when `stack`'s counters could not be created, or [`NO_STACK`] (stacks
 /// off, or not even the lost counters could be created: counted as
-/// `global::STACK_COUNTS_FULL`); and the block's allocation time (CLOCK_MONOTONIC ns; 0
-/// with [`NO_STACK`]).
+/// `global::STACK_COUNTS_FULL`). Its allocation time goes into the stack's
+/// `born_ns_sum` (CLOCK_MONOTONIC ns), so the block needs no note of it.
 #[inline(always)]
-pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> (u32, u64) {
+pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u32 {
     if depth() == 0 || stack == NO_STACK {
-        return (NO_STACK, 0);
+        return NO_STACK;
     }
     let (stack, c) = match counts_of(tgid, stack) {
         Some(c) => (stack, c),
         None => match counts_of(tgid, LOST_STACK) {
             Some(c) => (LOST_STACK, c),
-            None => return (NO_STACK, 0),
+            None => return NO_STACK,
         },
     };
     // SAFETY: a helper without arguments.
@@ -719,20 +724,19 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> (
     unsafe {
         atomics::add(&raw mut (*c).alloc_blocks, 1);
         atomics::add(&raw mut (*c).alloc_bytes, size);
-        atomics::add(&raw mut (*c).live_blocks, 1);
-        atomics::add(&raw mut (*c).live_bytes, size);
-        atomics::add(&raw mut (*c).live_born_ns, born);
-        let live = atomics::load(&raw const (*c).live_bytes);
-        if live > (*c).max_live_bytes {
-            (*c).max_live_bytes = live;
-            (*c).max_live_blocks = atomics::load(&raw const (*c).live_blocks);
+        atomics::add(&raw mut (*c).born_ns_sum, born);
+        let live_bytes = live(&raw const (*c).alloc_bytes, &raw const (*c).freed_bytes);
+        if live_bytes > (*c).max_live_bytes {
+            (*c).max_live_bytes = live_bytes;
+            (*c).max_live_blocks = live(&raw const (*c).alloc_blocks, &raw const (*c).freed_blocks);
         }
     }
-    (stack, born)
+    stack
 }
 
 /// A live `block` was released: charged to the stack the live map kept with it, its
-/// lifetime added to the stack's.
+/// release time added to the stack's (its lifetime is that less its allocation time,
+/// which `charge_alloc` added).
 #[inline(always)]
 pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     if depth() == 0 || block.stack == NO_STACK {
@@ -748,9 +752,6 @@ pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     unsafe {
         atomics::add(&raw mut (*c).freed_blocks, 1);
         atomics::add(&raw mut (*c).freed_bytes, block.size);
-        atomics::sub(&raw mut (*c).live_blocks, 1);
-        atomics::sub(&raw mut (*c).live_bytes, block.size);
-        atomics::add(&raw mut (*c).lifetime_ns, now.wrapping_sub(block.born_ns));
-        atomics::sub(&raw mut (*c).live_born_ns, block.born_ns);
+        atomics::add(&raw mut (*c).freed_at_ns_sum, now);
     }
 }

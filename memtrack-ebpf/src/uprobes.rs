@@ -109,7 +109,6 @@ fn alloc_entry(c: &Call, t: &Thread, stats: *mut PidStats, size: u64, ptr: u64, 
         old_size: 0,
         old_stack: 0,
         _pad: 0,
-        old_born_ns: 0,
         flags,
         entry_sp: c.entry_sp,
     };

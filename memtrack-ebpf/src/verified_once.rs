@@ -207,6 +207,5 @@ fn old_block(p: &Pending) -> LiveBlock {
         size: p.old_size,
         stack: p.old_stack,
         _pad: 0,
-        born_ns: p.old_born_ns,
     }
 }
