@@ -335,9 +335,10 @@ pub const fn stack_counts_key(tgid: u32, stack: u32) -> u64 {
 /// requested sizes in bytes, blocks are counts, times CLOCK_MONOTONIC ns
 /// (`bpf_ktime_get_ns`).
 ///
-/// Only sums that grow are kept, so an allocation changes three of them and a release
-/// three (`alloc_*` and `born_ns_sum`; `freed_*` and `freed_at_ns_sum`): what is live is
-/// what was allocated less what was freed ([`live_blocks`](Self::live_blocks),
+/// Its counts are sums that only grow, so an allocation adds to three of them and a
+/// release to three (`alloc_*` and `born_ns_sum`; `freed_*` and `freed_at_ns_sum`),
+/// besides the at-peak snapshot and the maximum below: what is live is what was
+/// allocated less what was freed ([`live_blocks`](Self::live_blocks),
 /// [`live_bytes`](Self::live_bytes)), and the lifetimes are the release times less the
 /// allocation times ([`total_lifetime_ns`](Self::total_lifetime_ns)).
 ///

@@ -676,11 +676,25 @@ const ZERO_COUNTS: KernelStackCounts = KernelStackCounts {
     freed_at_ns_sum: 0,
 };
 
-/// What is live of a pair of sums that only grow: `allocated` less `freed` (blocks or
-/// bytes; see `KernelStackCounts`).
+/// The stack's live blocks now: allocated less freed (`KernelStackCounts::live_blocks`,
+/// read from the map value).
 #[inline(always)]
-fn live(allocated: *const u64, freed: *const u64) -> u64 {
-    atomics::load(allocated).wrapping_sub(atomics::load(freed))
+fn live_blocks(c: *const KernelStackCounts) -> u64 {
+    // SAFETY: c points into a live map value.
+    unsafe {
+        atomics::load(&raw const (*c).alloc_blocks)
+            .wrapping_sub(atomics::load(&raw const (*c).freed_blocks))
+    }
+}
+
+/// Their bytes (`KernelStackCounts::live_bytes`).
+#[inline(always)]
+fn live_bytes(c: *const KernelStackCounts) -> u64 {
+    // SAFETY: c points into a live map value.
+    unsafe {
+        atomics::load(&raw const (*c).alloc_bytes)
+            .wrapping_sub(atomics::load(&raw const (*c).freed_bytes))
+    }
 }
 
 /// Saves the stack's live counters as its share of the last peak when a peak came since
@@ -691,8 +705,8 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
     unsafe {
         let epoch = atomics::load(&raw const (*stats).peak_epoch);
         if (*c).epoch < epoch {
-            (*c).peak_blocks = live(&raw const (*c).alloc_blocks, &raw const (*c).freed_blocks);
-            (*c).peak_bytes = live(&raw const (*c).alloc_bytes, &raw const (*c).freed_bytes);
+            (*c).peak_blocks = live_blocks(c);
+            (*c).peak_bytes = live_bytes(c);
             (*c).epoch = epoch;
         }
     }
@@ -725,10 +739,10 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u
         atomics::add(&raw mut (*c).alloc_blocks, 1);
         atomics::add(&raw mut (*c).alloc_bytes, size);
         atomics::add(&raw mut (*c).born_ns_sum, born);
-        let live_bytes = live(&raw const (*c).alloc_bytes, &raw const (*c).freed_bytes);
-        if live_bytes > (*c).max_live_bytes {
-            (*c).max_live_bytes = live_bytes;
-            (*c).max_live_blocks = live(&raw const (*c).alloc_blocks, &raw const (*c).freed_blocks);
+        let now_live = live_bytes(c);
+        if now_live > (*c).max_live_bytes {
+            (*c).max_live_bytes = now_live;
+            (*c).max_live_blocks = live_blocks(c);
         }
     }
     stack
