@@ -517,7 +517,9 @@ impl Drop for MemoryCgroup {
 /// The command is forked and run into its exec stop while the programs load (the kernel
 /// holds it there); a load that fails must kill it there, before its first instruction.
 /// The load is made to fail by a memory cgroup limit below the live-block map's size:
-/// the command, which would create a file, never runs, memtrack says why, and nothing
+/// the command, which would create a file, never runs, memtrack says why (naming the
+/// cgroup: it checks the room left before making the map, since a map filling the
+/// cgroup gets memtrack killed by the cgroup's OOM killer, without a word), and nothing
 /// of the run is left. The same command with a small map, in the same cgroup, runs.
 #[test]
 fn a_failed_load_never_runs_the_command() {
@@ -554,10 +556,13 @@ fn a_failed_load_never_runs_the_command() {
     let (out, out_dir) = run("8388608", &marker);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("creating the kernel maps for 8388608 live blocks"),
-        "{stderr}"
+    let said = format!(
+        "the kernel maps for 8388608 live blocks (8388608 of them preallocated) need about \
+         768 MiB of kernel memory when memtrack starts, but the memory cgroup {} leaves about ",
+        cgroup.dir.display()
     );
+    assert!(stderr.contains(&said), "{}: {stderr}", out.status);
+    assert!(stderr.contains("MiB of its 400 MiB limit"), "{stderr}");
     // A command left behind would run once memtrack's exit detached it: give it time.
     std::thread::sleep(Duration::from_millis(500));
     assert!(!marker.exists(), "the command ran after the load failed");

@@ -272,6 +272,39 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The kernel maps memtrack makes when it starts do not fit in what the limit of
+    /// its memory cgroup (or of an ancestor) leaves. Checked before they are made: a
+    /// map filling the cgroup to its limit makes the cgroup's OOM killer kill a process
+    /// in it, usually memtrack.
+    #[error(
+        "the kernel maps for {blocks} live blocks ({preallocated} of them preallocated) \
+         need about {} MiB of kernel memory when memtrack starts, but the memory cgroup \
+         {} leaves about {} MiB of its {} MiB limit (its file cache counted as free); \
+         ask for fewer preallocated blocks (--preallocated-live-blocks, \
+         TrackerBuilder::preallocated_live_blocks) or fewer blocks (--max-live-blocks, \
+         TrackerBuilder::max_live_blocks), or raise the cgroup's limit",
+        .kernel_bytes >> 20,
+        .cgroup.display(),
+        .free_bytes >> 20,
+        .limit_bytes >> 20
+    )]
+    CgroupMemory {
+        /// The live-block capacity asked for.
+        blocks: u32,
+        /// How many of them have preallocated entries.
+        preallocated: u32,
+        /// Kernel memory, in bytes, the maps reserve when they are made (the live-block
+        /// maps' [`live_map_bytes`](crate::live_map_bytes) `at_load`, and the unwind
+        /// rows with stacks on).
+        kernel_bytes: u64,
+        /// The directory of the cgroup whose limit is the tightest.
+        cgroup: std::path::PathBuf,
+        /// Its limit, in bytes.
+        limit_bytes: u64,
+        /// What it leaves, in bytes: the limit less the usage other than file cache.
+        free_bytes: u64,
+    },
+
     /// The API was called with an argument it refuses (e.g.
     /// [`attach_pid`](crate::TrackerBuilder::attach_pid) with the calling process's own
     /// pid). What the types can rule out, they do: this is for the rest.

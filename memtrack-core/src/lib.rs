@@ -48,6 +48,7 @@ mod hold;
 mod kernel_stacks;
 mod ld_hook;
 mod loader;
+mod memory_cgroup;
 mod output_dir;
 mod perf_uprobe;
 mod privileges;

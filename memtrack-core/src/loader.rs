@@ -75,6 +75,30 @@ pub fn live_map_bytes(max_live_blocks: u32, preallocated: u32) -> LiveMapBytes {
     }
 }
 
+/// Refuses, before any map is made, maps that do not fit in what memtrack's memory
+/// cgroup leaves (memory_cgroup.rs says why a map must not fill it): the live-block maps'
+/// reservation and, with stacks on, the unwind rows (the other maps are a few MiB).
+fn check_cgroup_room(max_live_blocks: u32, preallocated: u32, stacks: bool) -> Result<()> {
+    let rows = if stacks {
+        u64::from(crate::kernel_stacks::MAX_ROWS)
+            * size_of::<memtrack_common::unwind::UnwindRow>() as u64
+    } else {
+        0
+    };
+    let kernel_bytes = live_map_bytes(max_live_blocks, preallocated).at_load + rows;
+    match crate::memory_cgroup::headroom() {
+        Some(room) if room.free_bytes < kernel_bytes => Err(Error::CgroupMemory {
+            blocks: max_live_blocks,
+            preallocated: LiveSplit::new(max_live_blocks, preallocated).preallocated,
+            kernel_bytes,
+            cgroup: room.cgroup,
+            limit_bytes: room.limit_bytes,
+            free_bytes: room.free_bytes,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// What [`live_map_bytes`] says: kernel memory, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveMapBytes {
@@ -433,6 +457,7 @@ impl Engine {
                 ),
             ]);
         }
+        check_cgroup_room(max_live_blocks, preallocated, stacks.is_some())?;
         // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
         // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
         let mut object = Object::load(
