@@ -92,9 +92,9 @@ enum Command {
         probes: bool,
         /// Live blocks the kernel maps hold across all tracked processes: 1 to 134217728
         /// (default 1048576); beyond it, blocks are counted as lost events. The first
-        /// --preallocated-live-blocks are reserved when memtrack starts; the others'
-        /// entries are allocated as blocks go live (about 96 bytes each), and 16 bytes
-        /// per block are reserved for their hash buckets.
+        /// --preallocated-live-blocks have preallocated entries; the others' entries are
+        /// allocated as blocks go live (about 96 bytes each), and 16 bytes per block are
+        /// reserved for their hash buckets when memtrack starts.
         #[arg(
             long,
             value_name = "BLOCKS",
@@ -102,9 +102,11 @@ enum Command {
         )]
         max_live_blocks: Option<u32>,
         /// How many of the --max-live-blocks have preallocated kernel entries: 1 to
-        /// 134217728 (default 524288; more than --max-live-blocks means all). Reserved
-        /// when memtrack starts (about 104 bytes per block, start-up time), and the
-        /// cheapest per allocator call; blocks live beyond them cost more per call.
+        /// 134217728 (default 524288; more than --max-live-blocks means all), about 96
+        /// bytes per block, the cheapest per allocator call (blocks live beyond them cost
+        /// more per call). The first 65536 are reserved when memtrack starts, the others
+        /// once the tracked processes keep 32768 blocks live, in the background (blocks
+        /// that go live before that are kept in entries allocated on demand).
         #[arg(
             long,
             value_name = "BLOCKS",
@@ -440,6 +442,14 @@ fn run(
         eprintln!(
             "memtrack: {} event(s) could not be attributed to a process",
             outcome.unattributed_lost_events
+        );
+    }
+    if let memtrack::LaterLiveBlocks::Failed { blocks, reason } = &outcome.later_live_blocks {
+        eprintln!(
+            "memtrack: the kernel could not reserve {blocks} more preallocated live-block \
+             entries ({reason}): the blocks beyond the first {} kept live had entries \
+             allocated on demand instead (counted exactly, at a higher cost per call)",
+            memtrack::LIVE_BLOCKS_AT_LOAD
         );
     }
     for (pid, stacks) in &outcome.stacks {

@@ -93,6 +93,9 @@ pub struct RunOutcome {
     /// With [`RunOptions::stacks`]: how the kernel found the stacks of all processes,
     /// walked or reused from its cache of walks.
     pub stack_walks: Option<memtrack::stacks::StackWalks>,
+    /// What became of the preallocated live-block entries reserved after start-up
+    /// ([`memtrack::ProcessTracker::later_live_blocks`]).
+    pub later_live_blocks: memtrack::LaterLiveBlocks,
 }
 
 /// The pid signals are forwarded to (0: none yet).
@@ -481,6 +484,7 @@ fn serve_and_wait(
     let processes = tracker.collect_processes()?;
     let unattributed_lost_events = tracker.unattributed_lost_events();
     let stack_walks = tracker.stack_walks();
+    let later_live_blocks = tracker.later_live_blocks();
     let control = tracker.control();
     let kernel_stacks: HashMap<u32, ProcessStacks> = processes
         .iter()
@@ -517,6 +521,7 @@ fn serve_and_wait(
         unattributed_lost_events,
         stacks,
         stack_walks,
+        later_live_blocks,
     })
 }
 

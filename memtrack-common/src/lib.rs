@@ -137,12 +137,18 @@ pub mod map_names {
     /// Array, slot -> [`PidStats`](super::PidStats).
     pub const STATS: &str = "STATS";
     /// [`LiveKey`](super::LiveKey) -> [`LiveBlock`](super::LiveBlock): a live block's
-    /// requested size and stack id. Preallocated: the first
-    /// [`DEFAULT_PREALLOCATED_LIVE_BLOCKS`](super::DEFAULT_PREALLOCATED_LIVE_BLOCKS) (or
-    /// as configured) live blocks.
+    /// requested size and stack id. Preallocated: the first live blocks (all the
+    /// preallocated ones, or the part of them reserved at load when the rest is
+    /// reserved later in [`LIVE_MORE`]).
     pub const LIVE: &str = "LIVE";
-    /// The same as [`LIVE`], not preallocated: the live blocks beyond `LIVE`'s capacity
-    /// (entries allocated as blocks go live). An address is in at most one of the two.
+    /// Array of maps with one slot, empty until user space puts in it a preallocated
+    /// hash map like [`LIVE`] (`LiveKey` -> `LiveBlock`): the preallocated entries
+    /// reserved after load, when the tracked processes first need more than `LIVE`
+    /// holds.
+    pub const LIVE_MORE: &str = "LIVE_MORE";
+    /// The same as [`LIVE`], not preallocated: the live blocks beyond the preallocated
+    /// maps' capacity (entries allocated as blocks go live). An address is in at most
+    /// one of the three.
     pub const LIVE_ON_DEMAND: &str = "LIVE_ON_DEMAND";
     /// Task storage, thread -> [`ThreadState`](super::ThreadState) (the eBPF side's own).
     pub const THREADS: &str = "THREADS";
@@ -574,28 +580,40 @@ pub mod global {
     pub const LAST_STACK_ID: u32 = 2;
     /// Allocations whose per-stack counters could not be stored (`STACK_COUNTS` full).
     pub const STACK_COUNTS_FULL: u32 = 3;
-    /// Entries the programs inserted into `LIVE_ON_DEMAND` less those they deleted,
-    /// counted before an insert and after a deletion, so never below what the map
-    /// holds (with [`LIVE_ON_DEMAND_PURGED`]): not a loss.
-    pub const LIVE_ON_DEMAND_COUNT: u32 = 4;
-    /// Entries user space deleted from `LIVE_ON_DEMAND` (a process forgotten or reset),
-    /// written by user space only, after deleting them. The programs look into the map
-    /// only while `LIVE_ON_DEMAND_COUNT - LIVE_ON_DEMAND_PURGED` is not 0.
-    pub const LIVE_ON_DEMAND_PURGED: u32 = 5;
+    /// Entries the programs inserted into the overflow maps (the map in `LIVE_MORE`
+    /// and `LIVE_ON_DEMAND`) less those they deleted, counted before an insert (a
+    /// compare-and-swap that refuses to go beyond the overflow capacity,
+    /// [`LIVE_OVERFLOW_CAPACITY_GLOBAL`](super::LIVE_OVERFLOW_CAPACITY_GLOBAL)) and
+    /// after a deletion, so never below what the maps hold (with
+    /// [`LIVE_OVERFLOW_PURGED`]): not a loss.
+    pub const LIVE_OVERFLOW_COUNT: u32 = 4;
+    /// Entries user space deleted from the overflow maps (a process forgotten or
+    /// reset), written by user space only, after deleting them. The programs look into
+    /// those maps only while `LIVE_OVERFLOW_COUNT - LIVE_OVERFLOW_PURGED` is not 0.
+    pub const LIVE_OVERFLOW_PURGED: u32 = 5;
     /// Number of slots in the `GLOBAL` map.
     pub const LEN: u32 = 6;
 }
 
-/// Default capacity for live blocks across all tracked processes (`LIVE` and
-/// `LIVE_ON_DEMAND` together).
+/// Default capacity for live blocks across all tracked processes (`LIVE`, the map in
+/// `LIVE_MORE` and `LIVE_ON_DEMAND` together).
 pub const DEFAULT_MAX_LIVE_BLOCKS: u32 = 1 << 20;
-/// Default number of live blocks whose entries are preallocated (the `LIVE` map); the
-/// rest of the capacity is `LIVE_ON_DEMAND`'s.
+/// Default number of live blocks whose entries are preallocated (`LIVE`, and the map
+/// in `LIVE_MORE` when part of them is reserved later); the rest of the capacity is
+/// `LIVE_ON_DEMAND`'s.
 pub const DEFAULT_PREALLOCATED_LIVE_BLOCKS: u32 = 1 << 19;
 /// Name of the eBPF object's read-only global (`u32`) that says whether `LIVE_ON_DEMAND`
-/// has any capacity (1) or not (0: all capacity is preallocated, and the programs never
-/// touch it), set by the loader before the programs are verified.
+/// has any capacity (1) or not (0: all capacity is preallocated in `LIVE`, and the
+/// programs never touch it), set by the loader before the programs are verified.
 pub const LIVE_ON_DEMAND_GLOBAL: &str = "HAS_LIVE_ON_DEMAND";
+/// Name of the eBPF object's read-only global (`u32`): 1 when user space may put a map
+/// in `LIVE_MORE` (part of the preallocated entries is reserved after load), 0 when it
+/// never will (the programs never look there).
+pub const LIVE_MORE_GLOBAL: &str = "HAS_LIVE_MORE";
+/// Name of the eBPF object's read-only global (`u64`): how many live blocks the overflow
+/// maps (the map in `LIVE_MORE` and `LIVE_ON_DEMAND`) may hold together, the capacity
+/// beyond `LIVE`'s. With it the three maps hold exactly the configured capacity.
+pub const LIVE_OVERFLOW_CAPACITY_GLOBAL: &str = "LIVE_OVERFLOW_CAPACITY";
 /// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 

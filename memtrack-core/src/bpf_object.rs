@@ -13,8 +13,9 @@
 //! `.bss` globals, whose contents are written and, for `.rodata`, frozen), with only the
 //! caller's `max_entries` overrides; each is an aya [`MapData`], so aya's typed maps read
 //! and write them. Map types aya has no typed map for (task storage) are created all
-//! the same from their BTF definition. Maps of maps are refused (aya 0.14 does not let
-//! its users create their inner maps).
+//! the same from their BTF definition. An array of maps is created empty, checked
+//! against its BTF-defined inner map (aya 0.14 does not let its users create maps of
+//! maps: [`create_map_of_maps`]); what goes in it is the caller's ([`create_plain_map`]).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -277,12 +278,13 @@ fn create_map(
     btf: Option<BorrowedFd<'_>>,
 ) -> Result<MapData, LoadError> {
     let map_type = def.map_type();
-    if map_type == bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS as u32
-        || map_type == bpf_map_type::BPF_MAP_TYPE_HASH_OF_MAPS as u32
-    {
+    if map_type == bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS as u32 {
+        return create_map_of_maps(name, def, btf);
+    }
+    if map_type == bpf_map_type::BPF_MAP_TYPE_HASH_OF_MAPS as u32 {
         return Err(LoadError::step(
             format!("creating map `{name}`"),
-            "maps of maps are not supported by this loader",
+            "hashes of maps are not supported by this loader",
         ));
     }
     let map = MapData::create(def.clone(), name, btf).map_err(|e| match e {
@@ -315,6 +317,74 @@ fn create_map(
             .map_err(|e| LoadError::step(format!("freezing map `{name}`"), e))?;
     }
     Ok(map)
+}
+
+/// Creates the array of maps `name`, empty: the kernel checks every map put in it, and
+/// every program's use of what it holds, against a template made from the inner map
+/// definition (`values` of its BTF definition), which is closed again once the array
+/// exists.
+fn create_map_of_maps(
+    name: &str,
+    def: &aya_obj::Map,
+    btf: Option<BorrowedFd<'_>>,
+) -> Result<MapData, LoadError> {
+    let step = |e: Box<dyn StdError + Send + Sync>| {
+        LoadError::step(format!("creating the array of maps `{name}`"), e)
+    };
+    let inner = def
+        .inner()
+        .ok_or_else(|| step("its BTF definition names no inner map".into()))?;
+    let template =
+        MapData::create(inner, &format!("{name}.inner"), btf).map_err(|e| step(Box::new(e)))?;
+    let fd = create_plain_map(&PlainMap {
+        name,
+        map_type: bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS,
+        key_size: def.key_size(),
+        value_size: def.value_size(),
+        max_entries: def.max_entries(),
+        map_flags: def.map_flags(),
+        inner_map: Some(template.fd().as_fd()),
+    })
+    .map_err(|source| LoadError::CreateMap {
+        name: name.to_string(),
+        max_entries: def.max_entries(),
+        source,
+    })?;
+    MapData::from_fd(fd).map_err(|e| step(Box::new(e)))
+}
+
+/// A map [`create_plain_map`] makes: no BTF, no contents.
+pub(crate) struct PlainMap<'a> {
+    /// Its name (the kernel keeps the first 15 bytes).
+    pub(crate) name: &'a str,
+    pub(crate) map_type: bpf_map_type,
+    /// Bytes of a key.
+    pub(crate) key_size: u32,
+    /// Bytes of a value.
+    pub(crate) value_size: u32,
+    pub(crate) max_entries: u32,
+    pub(crate) map_flags: u32,
+    /// For a map of maps: the map its inner maps must be like.
+    pub(crate) inner_map: Option<BorrowedFd<'a>>,
+}
+
+/// `BPF_MAP_CREATE` of `map`.
+pub(crate) fn create_plain_map(map: &PlainMap<'_>) -> io::Result<OwnedFd> {
+    let mut attr = zeroed_attr();
+    // SAFETY: writing plain integers into the map-create member of the union.
+    let u = unsafe { &mut attr.__bindgen_anon_1 };
+    u.map_type = map.map_type as u32;
+    u.key_size = map.key_size;
+    u.value_size = map.value_size;
+    u.max_entries = map.max_entries;
+    u.map_flags = map.map_flags;
+    if let Some(inner) = map.inner_map {
+        u.inner_map_fd = inner.as_raw_fd() as u32;
+    }
+    for (dst, src) in u.map_name.iter_mut().zip(map.name.bytes().take(15)) {
+        *dst = src as libc::c_char;
+    }
+    sys_bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
 }
 
 /// Loads the object's BTF into the kernel (None: the object has none): fixed up and

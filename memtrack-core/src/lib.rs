@@ -47,6 +47,7 @@ mod follow;
 mod hold;
 mod kernel_stacks;
 mod ld_hook;
+mod live_growth;
 mod loader;
 mod memory_cgroup;
 mod output_dir;
@@ -69,8 +70,10 @@ mod uprobe_multi;
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use detach::hand_off_links_at_exit;
 pub use error::{Error, Result};
+pub use live_growth::LaterLiveBlocks;
 pub use loader::{
-    LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes,
+    LIVE_BLOCKS_AT_LOAD, LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks,
+    live_map_bytes,
 };
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};

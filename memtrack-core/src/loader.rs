@@ -26,7 +26,24 @@ use crate::{
     detach::Detachable,
     ebpf_map::{map_err, take_map},
     error::{Error, Result},
+    live_growth::{LaterLiveBlocks, LiveMore},
 };
+
+/// A second handle of map `name` of `object` (which keeps the first), as a `T`.
+fn second_handle<T>(object: &Object, name: &'static str) -> Result<Option<T>>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let Some(fd) = object.map_fd(name) else {
+        return Ok(None);
+    };
+    let fd = fd
+        .try_clone_to_owned()
+        .map_err(|e| map_err(name)(aya::maps::MapError::IoError(e)))?;
+    let data = MapData::from_fd(fd).map_err(map_err(name))?;
+    let map = aya::maps::Map::from_map_data(data).map_err(map_err(name))?;
+    T::try_from(map).map(Some).map_err(map_err(name))
+}
 
 /// The compiled eBPF object, shipped in the crate (scripts/build-ebpf.sh builds it from the
 /// memtrack-ebpf crate; build.rs refuses a stale one).
@@ -48,48 +65,76 @@ pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
 /// x86_64).
 const ELEMENT_HEADER: u64 = 48;
 
+/// The preallocated live-block entries a tracker of other processes
+/// ([`TrackerBuilder::spawn`](crate::TrackerBuilder::spawn),
+/// [`attach_pid`](crate::TrackerBuilder::attach_pid)) reserves when it loads: 65,536
+/// blocks. The rest of its
+/// [`preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks) are
+/// reserved once its processes hold more blocks live than these (live_growth.rs), so
+/// that a short process pays for none of them: reserving the default 524,288 took 21 ms
+/// of the start-up here, on its critical path (BENCHMARKS.md). A tracker of the calling
+/// process reserves them all at load (it starts no threads).
+pub const LIVE_BLOCKS_AT_LOAD: u32 = 1 << 16;
+
 /// Kernel memory of the live-block maps for `max_live_blocks` blocks of which
 /// `preallocated` (at most `max_live_blocks`) have preallocated entries
-/// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)).
+/// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)),
+/// for a tracker of other processes (`spawn`, `attach_pid`).
 ///
 /// Reserved when the tracker loads ([`LiveMapBytes::at_load`]): 80 bytes per
-/// preallocated entry (the kernel's 48-byte element header, the 16-byte key, the 16-byte
-/// value: size and stack id) and 16 bytes per hash bucket of both maps (each has its
-/// capacity rounded up to a power of two of buckets). The entries of the blocks beyond
-/// the preallocated ones are allocated as those blocks go live and freed when they are
-/// released, 96 bytes each (the same 80 bytes and the allocator's 8-byte list node in the
-/// kernel's 96-byte size class): at most [`LiveMapBytes::on_demand`] more.
+/// preallocated entry reserved then (the kernel's 48-byte element header, the 16-byte
+/// key, the 16-byte value: size and stack id; at most [`LIVE_BLOCKS_AT_LOAD`] of them)
+/// and 16 bytes per hash bucket (each map has its capacity rounded up to a power of two
+/// of buckets: the preallocated entries', and the other blocks', whose entries are
+/// allocated on demand). The other preallocated entries, and their buckets, are reserved
+/// once the tracked processes hold more blocks live than those reserved at load
+/// ([`LiveMapBytes::later`]). The entries of the blocks beyond the preallocated ones are
+/// allocated as those blocks go live and freed when they are released, 96 bytes each
+/// (the same 80 bytes and the allocator's 8-byte list node in the kernel's 96-byte size
+/// class): at most [`LiveMapBytes::on_demand`] more. A tracker of the calling process
+/// reserves every preallocated entry at load: its `at_load` is `at_load + later`.
 pub fn live_map_bytes(max_live_blocks: u32, preallocated: u32) -> LiveMapBytes {
-    let split = LiveSplit::new(max_live_blocks, preallocated);
+    live_map_bytes_of(LiveSplit::new(max_live_blocks, preallocated, true))
+}
+
+/// [`live_map_bytes`] of one split.
+fn live_map_bytes_of(split: LiveSplit) -> LiveMapBytes {
     let entry = ELEMENT_HEADER + (size_of::<LiveKey>() + size_of::<LiveBlock>()) as u64;
     let buckets = |n: u32| u64::from(n).next_power_of_two() * 16;
     // The kernel's BPF allocator puts an 8-byte list node before each object and
     // serves 80 + 8 bytes from its 96-byte size class.
     const ON_DEMAND_ENTRY: u64 = 96;
-    let on_demand = u64::from(max_live_blocks.saturating_sub(split.preallocated));
+    let later = if split.later == 0 {
+        0
+    } else {
+        u64::from(split.later) * entry + buckets(split.later)
+    };
     LiveMapBytes {
-        at_load: u64::from(split.preallocated) * entry
-            + buckets(split.preallocated)
+        at_load: u64::from(split.at_load) * entry
+            + buckets(split.at_load)
             + buckets(split.on_demand_entries),
-        on_demand: on_demand * ON_DEMAND_ENTRY,
+        later,
+        on_demand: u64::from(split.beyond_preallocated()) * ON_DEMAND_ENTRY,
     }
 }
 
 /// Refuses, before any map is made, maps that do not fit in what memtrack's memory
 /// cgroup leaves (memory_cgroup.rs says why a map must not fill it): the live-block maps'
-/// reservation and, with stacks on, the unwind rows (the other maps are a few MiB).
-fn check_cgroup_room(max_live_blocks: u32, preallocated: u32, stacks: bool) -> Result<()> {
+/// reservation, the one made later included, and, with stacks on, the unwind rows (the
+/// other maps are a few MiB).
+fn check_cgroup_room(split: LiveSplit, max_live_blocks: u32, stacks: bool) -> Result<()> {
     let rows = if stacks {
         u64::from(crate::kernel_stacks::MAX_ROWS)
             * size_of::<memtrack_common::unwind::UnwindRow>() as u64
     } else {
         0
     };
-    let kernel_bytes = live_map_bytes(max_live_blocks, preallocated).at_load + rows;
+    let bytes = live_map_bytes_of(split);
+    let kernel_bytes = bytes.at_load + bytes.later + rows;
     match crate::memory_cgroup::headroom() {
         Some(room) if room.free_bytes < kernel_bytes => Err(Error::CgroupMemory {
             blocks: max_live_blocks,
-            preallocated: LiveSplit::new(max_live_blocks, preallocated).preallocated,
+            preallocated: split.preallocated(),
             kernel_bytes,
             cgroup: room.cgroup,
             limit_bytes: room.limit_bytes,
@@ -102,35 +147,64 @@ fn check_cgroup_room(max_live_blocks: u32, preallocated: u32, stacks: bool) -> R
 /// What [`live_map_bytes`] says: kernel memory, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveMapBytes {
-    /// Reserved when the tracker loads (the preallocated entries and the bucket arrays).
+    /// Reserved when the tracker loads (the preallocated entries reserved then and the
+    /// bucket arrays).
     pub at_load: u64,
+    /// Reserved once the tracked processes hold more blocks live than the preallocated
+    /// entries reserved at load (the other preallocated entries and their buckets); 0
+    /// when there are none.
+    pub later: u64,
     /// At most this much more, allocated while more blocks than the preallocated ones
     /// are live.
     pub on_demand: u64,
 }
 
-/// How the live-block capacity is split between the two kernel maps (memtrack-ebpf's
-/// maps.rs): `LIVE`, preallocated, and `LIVE_ON_DEMAND`, entries allocated on demand.
+/// How the live-block capacity is split between the kernel maps (memtrack-ebpf's
+/// maps.rs): `LIVE`, preallocated at load; the map put in `LIVE_MORE`, preallocated
+/// later (live_growth.rs); `LIVE_ON_DEMAND`, entries allocated on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LiveSplit {
-    /// `LIVE`'s capacity.
-    preallocated: u32,
-    /// `LIVE_ON_DEMAND`'s `max_entries`: the rest of the capacity, or 1 when nothing is
-    /// left (the kernel makes no empty map; the programs then never use it).
+    /// `LIVE`'s capacity: the preallocated entries reserved at load.
+    at_load: u32,
+    /// The preallocated entries reserved later, in the map put in `LIVE_MORE` (0: none,
+    /// and the programs never look there).
+    later: u32,
+    /// The capacity beyond `LIVE`'s, which the overflow maps (the map in `LIVE_MORE`
+    /// and `LIVE_ON_DEMAND`) share (the programs' `LIVE_OVERFLOW_CAPACITY`).
+    overflow: u32,
+    /// `LIVE_ON_DEMAND`'s `max_entries`: the overflow capacity (all of which it holds
+    /// until the map in `LIVE_MORE` is made), or 1 when there is none (the kernel makes
+    /// no empty map; the programs then never use it).
     on_demand_entries: u32,
-    /// Whether `LIVE_ON_DEMAND` has capacity (the programs' `HAS_LIVE_ON_DEMAND`).
-    has_on_demand: bool,
 }
 
 impl LiveSplit {
-    fn new(max_live_blocks: u32, preallocated: u32) -> Self {
+    /// `preallocated` of `max_live_blocks` (clamped to 1..=`max_live_blocks`); with
+    /// `later`, at most [`LIVE_BLOCKS_AT_LOAD`] of them reserved at load.
+    fn new(max_live_blocks: u32, preallocated: u32, later: bool) -> Self {
         let preallocated = preallocated.clamp(1, max_live_blocks.max(1));
-        let rest = max_live_blocks.saturating_sub(preallocated);
+        let at_load = if later {
+            preallocated.min(LIVE_BLOCKS_AT_LOAD)
+        } else {
+            preallocated
+        };
+        let overflow = max_live_blocks.saturating_sub(at_load);
         LiveSplit {
-            preallocated,
-            on_demand_entries: rest.max(1),
-            has_on_demand: rest > 0,
+            at_load,
+            later: preallocated - at_load,
+            overflow,
+            on_demand_entries: overflow.max(1),
         }
+    }
+
+    /// Entries preallocated, at load and later.
+    fn preallocated(&self) -> u32 {
+        self.at_load + self.later
+    }
+
+    /// Blocks whose entries are allocated on demand once all preallocated ones exist.
+    fn beyond_preallocated(&self) -> u32 {
+        self.overflow - self.later
     }
 }
 
@@ -311,13 +385,15 @@ pub(crate) struct Engine {
     tracked: Array<MapData, ProcessSlot>,
     slot_map: HashMap<MapData, u32, u32>,
     stats: Array<MapData, PidStats>,
-    /// The live blocks, the first ones (`LIVE`, preallocated)...
+    /// The live blocks, the first ones (`LIVE`, preallocated at load)...
     live: HashMap<MapData, LiveKey, LiveBlock>,
+    /// ... the next ones (the map in `LIVE_MORE`, preallocated later) once made...
+    live_more: LiveMore,
     /// ... and the rest (`LIVE_ON_DEMAND`; see memtrack-ebpf's maps.rs).
     live_on_demand: HashMap<MapData, LiveKey, LiveBlock>,
-    /// Entries this side deleted from `live_on_demand`, as last written to
-    /// `global::LIVE_ON_DEMAND_PURGED`.
-    on_demand_purged: u64,
+    /// Entries this side deleted from the overflow maps (`live_more`'s and
+    /// `live_on_demand`), as last written to `global::LIVE_OVERFLOW_PURGED`.
+    overflow_purged: u64,
     global: Array<MapData, u64>,
     /// Which slot of `tracked`/`stats` each process owns.
     slots: Slots,
@@ -431,12 +507,24 @@ impl Engine {
     ) -> Result<Self> {
         let depth = stacks.map_or(0, |s| s.depth).to_ne_bytes();
         let stack_cache = u32::from(stacks.is_some_and(|s| s.cache)).to_ne_bytes();
-        let split = LiveSplit::new(max_live_blocks, preallocated);
-        let has_on_demand = u32::from(split.has_on_demand).to_ne_bytes();
-        let mut globals: Vec<(&str, &[u8])> =
-            vec![(memtrack_common::LIVE_ON_DEMAND_GLOBAL, &has_on_demand)];
+        // A tracker of other processes reserves part of the preallocated entries later
+        // (live_growth.rs, on a thread of its own); one of the calling process starts
+        // no threads (`Loading::Here`), and reserves them all now.
+        let split = LiveSplit::new(
+            max_live_blocks,
+            preallocated,
+            matches!(loading, Loading::Parallel { .. }),
+        );
+        let has_on_demand = u32::from(split.overflow > 0).to_ne_bytes();
+        let has_more = u32::from(split.later > 0).to_ne_bytes();
+        let overflow = u64::from(split.overflow).to_ne_bytes();
+        let mut globals: Vec<(&str, &[u8])> = vec![
+            (memtrack_common::LIVE_ON_DEMAND_GLOBAL, &has_on_demand),
+            (memtrack_common::LIVE_MORE_GLOBAL, &has_more),
+            (memtrack_common::LIVE_OVERFLOW_CAPACITY_GLOBAL, &overflow),
+        ];
         let mut max_entries = vec![
-            (map_names::LIVE, split.preallocated),
+            (map_names::LIVE, split.at_load),
             (map_names::LIVE_ON_DEMAND, split.on_demand_entries),
         ];
         if stacks.is_some() {
@@ -457,7 +545,7 @@ impl Engine {
                 ),
             ]);
         }
-        check_cgroup_room(max_live_blocks, preallocated, stacks.is_some())?;
+        check_cgroup_room(split, max_live_blocks, stacks.is_some())?;
         // The programs need no CO-RE relocations (a test checks), so the kernel's BTF
         // is neither read nor parsed (bpf_object.rs says why not aya's EbpfLoader).
         let mut object = Object::load(
@@ -472,8 +560,8 @@ impl Engine {
             {
                 Error::LiveMap {
                     blocks: max_live_blocks,
-                    preallocated: split.preallocated,
-                    kernel_bytes: live_map_bytes(max_live_blocks, preallocated).at_load,
+                    preallocated: split.preallocated(),
+                    kernel_bytes: live_map_bytes_of(split).at_load,
                     source,
                 }
             }
@@ -497,6 +585,16 @@ impl Engine {
         let slot_map = take_map(&mut object, map_names::SLOTS)?;
         let stats = take_map(&mut object, map_names::STATS)?;
         let live = take_map(&mut object, map_names::LIVE)?;
+        // The growth thread reads GLOBAL through a handle of its own.
+        let global_for_growth = match split.later {
+            0 => None,
+            _ => second_handle(&object, map_names::GLOBAL)?,
+        };
+        let live_more = LiveMore::new(
+            take_map(&mut object, map_names::LIVE_MORE)?,
+            global_for_growth,
+            split.later,
+        );
         let live_on_demand = take_map(&mut object, map_names::LIVE_ON_DEMAND)?;
         let global = take_map(&mut object, map_names::GLOBAL)?;
         let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
@@ -515,8 +613,9 @@ impl Engine {
             slot_map,
             stats,
             live,
+            live_more,
             live_on_demand,
-            on_demand_purged: 0,
+            overflow_purged: 0,
             global,
             slots: Slots::new(),
             ld_hook_stops,
@@ -834,8 +933,9 @@ impl Engine {
     }
 
     /// Whether the live-block maps may hold entries of `pid`, so that forgetting them
-    /// needs a walk of the whole maps (every bucket: `LIVE`'s 524,288 by default, and
-    /// `LIVE_ON_DEMAND`'s when it holds entries, 5-11 ms here for a million even when empty; a
+    /// needs a walk of the whole maps (every bucket: `LIVE`'s, 65,536 for a tracker of
+    /// other processes, and the overflow maps' when they hold entries, 5-11 ms here for
+    /// a million even when empty; a
     /// short process is forgotten at its start and at its end). No when its counters
     /// say no block is live, none was released (a release leaves its entry behind for
     /// a while, `LiveBlock::RELEASED`) and nothing was lost, and no call can add one
@@ -877,42 +977,69 @@ impl Engine {
         Ok(())
     }
 
-    /// Deletes every live-block entry of `pid`, from both maps (`LIVE_ON_DEMAND` only
-    /// while it may hold entries).
+    /// Deletes every live-block entry of `pid`, from every map (the overflow maps only
+    /// while they may hold entries).
     fn purge_live(&mut self, pid: u32) {
-        let of_pid = |map: &HashMap<MapData, LiveKey, LiveBlock>| -> Vec<LiveKey> {
+        fn of_pid(map: &HashMap<MapData, LiveKey, LiveBlock>, pid: u32) -> Vec<LiveKey> {
             map.keys()
                 .filter_map(|k| k.ok())
                 .filter(|k| k.tgid == pid)
                 .collect()
-        };
-        for key in of_pid(&self.live) {
-            let _ = self.live.remove(&key);
         }
-        if !self.on_demand_in_use() {
+        fn purge(map: &mut HashMap<MapData, LiveKey, LiveBlock>, pid: u32) -> u64 {
+            let mut deleted = 0;
+            for key in of_pid(map, pid) {
+                if map.remove(&key).is_ok() {
+                    deleted += 1;
+                }
+            }
+            deleted
+        }
+        purge(&mut self.live, pid);
+        if !self.overflow_in_use() {
             return;
         }
-        let mut deleted = 0;
-        for key in of_pid(&self.live_on_demand) {
-            if self.live_on_demand.remove(&key).is_ok() {
-                deleted += 1;
-            }
+        let mut deleted = purge(&mut self.live_on_demand, pid);
+        if let Some(more) = &mut self.live_more.map {
+            deleted += purge(more, pid);
         }
         if deleted != 0 {
             // After the deletions, so that the programs' count less this one is never
-            // below what the map holds (memtrack-ebpf's account.rs).
-            self.on_demand_purged += deleted;
+            // below what the maps hold (memtrack-ebpf's account.rs).
+            self.overflow_purged += deleted;
             let _ = self
                 .global
-                .set(global::LIVE_ON_DEMAND_PURGED, self.on_demand_purged, 0);
+                .set(global::LIVE_OVERFLOW_PURGED, self.overflow_purged, 0);
         }
     }
 
-    /// Whether `LIVE_ON_DEMAND` may hold entries: the programs counted entries that
+    /// The preallocated live-block entries reserved after load (live_growth.rs).
+    pub(crate) fn live_more(&mut self) -> &mut LiveMore {
+        &mut self.live_more
+    }
+
+    /// The live blocks of the tracked processes now, summed over at most
+    /// [`MAX_PROCESSES_SUMMED`](crate::live_growth::MAX_PROCESSES_SUMMED) of them.
+    pub(crate) fn live_blocks_now(&self) -> u64 {
+        self.slots
+            .owned
+            .values()
+            .take(crate::live_growth::MAX_PROCESSES_SUMMED)
+            .filter_map(|slot| self.stats.get(&slot.index, 0).ok())
+            .map(|s| s.live_blocks)
+            .sum()
+    }
+
+    /// What became of the preallocated live-block entries reserved after load.
+    pub(crate) fn later_live_blocks(&self) -> LaterLiveBlocks {
+        self.live_more.status()
+    }
+
+    /// Whether the overflow maps may hold entries: the programs counted entries that
     /// this side did not delete.
-    fn on_demand_in_use(&self) -> bool {
-        match self.global.get(&global::LIVE_ON_DEMAND_COUNT, 0) {
-            Ok(count) => count.wrapping_sub(self.on_demand_purged) != 0,
+    fn overflow_in_use(&self) -> bool {
+        match self.global.get(&global::LIVE_OVERFLOW_COUNT, 0) {
+            Ok(count) => count.wrapping_sub(self.overflow_purged) != 0,
             Err(_) => true,
         }
     }
@@ -1407,7 +1534,8 @@ mod tests {
         let array = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
         let prog_array = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
         let task_storage = bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as u32;
-        let expected: [(&str, u32, usize, usize); 10] = [
+        let array_of_maps = bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS as u32;
+        let expected: [(&str, u32, usize, usize); 11] = [
             (
                 map_names::TRACKED,
                 array,
@@ -1426,6 +1554,13 @@ mod tests {
                 hash,
                 size_of::<LiveKey>(),
                 size_of::<LiveBlock>(),
+            ),
+            // live_growth.rs puts a map's fd (u32) at a u32 slot.
+            (
+                map_names::LIVE_MORE,
+                array_of_maps,
+                size_of::<u32>(),
+                size_of::<u32>(),
             ),
             (
                 map_names::LIVE_ON_DEMAND,
@@ -1473,10 +1608,30 @@ mod tests {
                 "map {name:?}: (map type, key bytes, value bytes)"
             );
         }
-        // The live blocks: the first ones preallocated, the rest allocated on demand.
+        // The live blocks: the first ones preallocated, the next ones preallocated in
+        // the map put in LIVE_MORE (made by live_growth.rs as its inner map is defined),
+        // the rest allocated on demand.
         let no_prealloc = |name: &str| object.maps[name].map_flags() & BPF_F_NO_PREALLOC != 0;
         assert!(!no_prealloc(map_names::LIVE));
         assert!(no_prealloc(map_names::LIVE_ON_DEMAND));
+        let inner = object.maps[map_names::LIVE_MORE]
+            .inner()
+            .expect("LIVE_MORE defines its inner map");
+        assert_eq!(
+            (
+                inner.map_type(),
+                inner.key_size(),
+                inner.value_size(),
+                inner.map_flags()
+            ),
+            (
+                hash,
+                size_of::<LiveKey>() as u32,
+                size_of::<LiveBlock>() as u32,
+                0
+            ),
+            "LIVE_MORE's inner map: (type, key bytes, value bytes, flags)"
+        );
     }
 
     /// Every program the loader loads and attaches, with the program type it loads it

@@ -44,6 +44,7 @@ impl ProcessTracker {
     /// the root process is probed and running.
     pub(crate) fn follow(shared: Arc<Shared>, starting: Starting) -> Result<ProcessTracker> {
         let (follower, pid) = starting.finish(shared.clone())?;
+        crate::live_growth::start(&shared);
         Ok(ProcessTracker {
             shared,
             pid,
@@ -109,6 +110,14 @@ impl ProcessTracker {
     /// The probes attached to the root process (what was measured).
     pub fn probes(&self) -> Vec<ProbeInfo> {
         self.shared.probes(self.pid)
+    }
+
+    /// What became of the preallocated live-block entries this tracker reserves after
+    /// load, once its processes hold more blocks live than
+    /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD)
+    /// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)).
+    pub fn later_live_blocks(&self) -> crate::LaterLiveBlocks {
+        self.shared.engine.lock().later_live_blocks()
     }
 
     /// Events that could not be attributed to any process (see

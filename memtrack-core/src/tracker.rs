@@ -64,13 +64,12 @@ impl Default for TrackerBuilder {
 impl TrackerBuilder {
     /// How many blocks can be live at once in the kernel's live-block maps, shared by all
     /// tracked processes: 1 to [`MAX_LIVE_BLOCKS`] blocks (default 1,048,576). The first
-    /// [`preallocated_live_blocks`](Self::preallocated_live_blocks) of them are reserved
-    /// when the tracker loads, the others' entries allocated as blocks go live, their hash
-    /// buckets (16 bytes a block) reserved at load ([`live_map_bytes`](crate::live_map_bytes):
-    /// by default 22.5 MiB at load, 6.5 MiB of preallocated entries and 16 MiB of
-    /// buckets, and at most 90 MiB more). More live blocks than this are counted in
-    /// `lost_events`, never silent. A capacity out of range makes building the tracker
-    /// fail with [`Error::MaxLiveBlocks`].
+    /// [`preallocated_live_blocks`](Self::preallocated_live_blocks) of them have
+    /// preallocated entries; the others' entries are allocated as blocks go live, their
+    /// hash buckets (16 bytes a block) reserved at load ([`live_map_bytes`](crate::live_map_bytes)
+    /// says how much). More live blocks than this are counted in `lost_events`, never
+    /// silent. A capacity out of range makes building the tracker fail with
+    /// [`Error::MaxLiveBlocks`].
     pub fn max_live_blocks(mut self, blocks: u32) -> Self {
         self.max_live_blocks = blocks;
         self
@@ -79,12 +78,18 @@ impl TrackerBuilder {
     /// How many of the [`max_live_blocks`](Self::max_live_blocks) have their kernel
     /// entries preallocated, in blocks (default 524,288; at least 1; more than
     /// `max_live_blocks` counts as all of them). Preallocated entries are reserved and
-    /// zeroed when the tracker loads, 104 bytes per block (about 23 ns of start-up per
-    /// block here, 12 ms for the default, against 12 ns per block for the hash buckets
-    /// of the others, made at the same time on another thread), and are the cheapest per allocator call; the blocks live beyond
-    /// them get entries the kernel allocates on demand, which cost more per allocation
-    /// and release of such a block (BENCHMARKS.md), and no memory until used. 0 makes
-    /// building the tracker fail with [`Error::PreallocatedLiveBlocks`].
+    /// zeroed when they are made, 80 bytes per block and 16 per hash bucket (about 40 ns
+    /// per block here: 21 ms for the default), and are the cheapest per allocator call;
+    /// the blocks live beyond them get entries the kernel allocates on demand, which
+    /// cost more per allocation and release of such a block (BENCHMARKS.md), and no
+    /// memory until used. A [`Tracker`] of the calling process reserves them all when it
+    /// loads. A [`ProcessTracker`] reserves the first
+    /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD) (65,536) when it loads and the
+    /// others on a thread of its own once its processes keep half as many blocks live
+    /// (blocks that go live before they are ready get entries allocated on demand,
+    /// counted exactly all the same; [`ProcessTracker::later_live_blocks`] says what
+    /// became of them): a short command pays for none of them. 0 makes building the
+    /// tracker fail with [`Error::PreallocatedLiveBlocks`].
     pub fn preallocated_live_blocks(mut self, blocks: u32) -> Self {
         self.preallocated_live_blocks = blocks;
         self

@@ -1,7 +1,8 @@
 //! Live blocks beyond the preallocated ones (`TrackerBuilder::preallocated_live_blocks`)
-//! go to the kernel's second live-block map, whose entries are allocated on demand:
+//! go to the kernel's on-demand live-block map, and a tracker of other processes keeps
+//! part of its preallocated ones in a map it makes only once its processes need it:
 //! counted exactly all the same, through releases, reallocs and failed reallocs of
-//! blocks in either map, and the capacity stays exactly `max_live_blocks`.
+//! blocks in any map, and the capacity stays exactly `max_live_blocks`.
 
 use memtrack::{Scope, Stats, Tracker, testing::test_tracker};
 use memtrack_test_support::{check_single_fixture, require_privileges};
@@ -226,10 +227,186 @@ fn the_preallocated_part_is_checked_and_clamped() {
     );
     let bytes = memtrack::live_map_bytes(1000, 1 << 20);
     assert_eq!(bytes, memtrack::live_map_bytes(1000, 1000));
-    assert_eq!(bytes.on_demand, 0);
-    // The default: 524,288 preallocated (80 bytes each, 16 per bucket), the other
-    // 524,288 blocks' buckets (2^19 of them) at load, their entries on demand.
+    assert_eq!((bytes.later, bytes.on_demand), (0, 0));
+    // The default, for a tracker of other processes: 65,536 preallocated entries (80
+    // bytes each, 16 per bucket) and the buckets of the other 983,040 blocks (2^20 of
+    // them) at load; the other 458,752 preallocated entries and their 2^19 buckets
+    // later; the last 524,288 blocks' entries on demand.
     let default = memtrack::live_map_bytes(1 << 20, 1 << 19);
-    assert_eq!(default.at_load, (1 << 19) * (80 + 16) + (1 << 19) * 16);
+    assert_eq!(default.at_load, (1 << 16) * (80 + 16) + (1 << 20) * 16);
+    assert_eq!(default.later, 458_752 * 80 + (1 << 19) * 16);
     assert_eq!(default.on_demand, 524_288 * 96);
+}
+
+/// What tests/programs/hold_blocks.c says one of its children must count.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ChildExpected {
+    pid: u32,
+    alloc_calls: u64,
+    free_calls: u64,
+    bytes_allocated: u64,
+    bytes_freed: u64,
+    failed_allocs: u64,
+    peak_live_bytes: u64,
+}
+
+/// Runs `hold_blocks BLOCKS PROCESSES` under a tracker of other processes made by
+/// `builder`; returns the tracker (waited for) and what each child says it must count.
+fn run_hold_blocks(
+    builder: memtrack::TrackerBuilder,
+    blocks: u32,
+    processes: u32,
+) -> (memtrack::ProcessTracker, Vec<ChildExpected>) {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let program = memtrack_test_support::compile_c(
+        &memtrack_test_support::repo_dir().join("tests/programs/hold_blocks.c"),
+        dir.path(),
+        &[],
+    );
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let tracker = builder
+        .spawn(
+            memtrack::CommandSpec::new(&program)
+                .args([blocks.to_string(), processes.to_string()])
+                .fd(1, out.as_raw_fd()),
+        )
+        .unwrap();
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0), "hold_blocks {blocks} {processes}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let children: Vec<ChildExpected> = text
+        .lines()
+        .map(|line| {
+            let field = |name: &str| -> u64 {
+                line.split(' ')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+                    .parse()
+                    .unwrap()
+            };
+            ChildExpected {
+                pid: field("pid") as u32,
+                alloc_calls: field("allocs"),
+                free_calls: field("frees"),
+                bytes_allocated: field("bytes_allocated"),
+                bytes_freed: field("bytes_freed"),
+                failed_allocs: field("failed"),
+                peak_live_bytes: field("peak"),
+            }
+        })
+        .collect();
+    assert_eq!(children.len(), processes as usize, "{text}");
+    (tracker, children)
+}
+
+/// The counters of `pid` among `processes`.
+fn stats_of(processes: &[memtrack::TrackedProcess], pid: u32) -> &Stats {
+    &processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("process {pid} was not tracked: {processes:#?}"))
+        .stats
+}
+
+/// A tracker of other processes reserves 65,536 preallocated entries at load
+/// (`memtrack::LIVE_BLOCKS_AT_LOAD`) and the rest of the preallocated ones once its
+/// processes keep more blocks live; the blocks that go live meanwhile wait in the
+/// on-demand map. Three processes holding 60,000 blocks each at once, churning them
+/// through frees, reallocs in place and moved, a failed realloc and new blocks at freed
+/// addresses, in all three maps: every counter of every process exact, nothing lost.
+#[test]
+fn blocks_in_every_live_map_count_exactly_across_processes() {
+    if !require_privileges("blocks_in_every_live_map_count_exactly_across_processes") {
+        return;
+    }
+    let (tracker, children) = run_hold_blocks(Tracker::builder(), 180_000, 3);
+    let processes = tracker.collect_processes().unwrap();
+    for child in &children {
+        let stats = stats_of(&processes, child.pid);
+        let counted = ChildExpected {
+            pid: child.pid,
+            alloc_calls: stats.alloc_calls,
+            free_calls: stats.free_calls,
+            bytes_allocated: stats.bytes_allocated,
+            bytes_freed: stats.bytes_freed,
+            failed_allocs: stats.failed_allocs,
+            peak_live_bytes: stats.peak_live_bytes,
+        };
+        assert_eq!(&counted, child, "{stats:#?}");
+        assert_eq!(
+            (
+                stats.live_blocks,
+                stats.live_bytes,
+                stats.unmatched_frees,
+                stats.lost_events
+            ),
+            (0, 0, 0, 0),
+            "{stats:#?}"
+        );
+    }
+    assert_eq!(tracker.unattributed_lost_events(), 0);
+    let later = memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
+    assert_eq!(
+        tracker.later_live_blocks(),
+        memtrack::LaterLiveBlocks::Reserved { blocks: later }
+    );
+}
+
+/// A process that never keeps more blocks live than the entries reserved at load makes
+/// the tracker reserve no others.
+#[test]
+fn a_small_program_reserves_no_more_entries() {
+    if !require_privileges("a_small_program_reserves_no_more_entries") {
+        return;
+    }
+    let (tracker, children) = run_hold_blocks(Tracker::builder(), 20_000, 1);
+    let processes = tracker.collect_processes().unwrap();
+    let stats = stats_of(&processes, children[0].pid);
+    assert_eq!(stats.alloc_calls, children[0].alloc_calls, "{stats:#?}");
+    assert_eq!(stats.lost_events, 0, "{stats:#?}");
+    let later = memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
+    assert_eq!(
+        tracker.later_live_blocks(),
+        memtrack::LaterLiveBlocks::Waiting { blocks: later }
+    );
+}
+
+/// The capacity stays exactly `max_live_blocks` with blocks in all three maps: 120,000
+/// blocks live at once with room for 100,000 (80,000 preallocated) lose exactly the
+/// excess (less what the parent process holds), whether the blocks beyond `LIVE` went
+/// on demand or into the entries reserved later; the lost blocks' releases are the
+/// unmatched ones; everything else is exact.
+#[test]
+fn the_capacity_is_exact_across_the_three_live_maps() {
+    if !require_privileges("the_capacity_is_exact_across_the_three_live_maps") {
+        return;
+    }
+    let builder = Tracker::builder()
+        .max_live_blocks(100_000)
+        .preallocated_live_blocks(80_000);
+    let (tracker, children) = run_hold_blocks(builder, 120_000, 1);
+    let processes = tracker.collect_processes().unwrap();
+    let child = &children[0];
+    let parent = processes
+        .iter()
+        .find(|p| p.pid != child.pid)
+        .expect("the parent is tracked");
+    // The parent's blocks stay live while the child holds its own: they take room.
+    let lost = 120_000 - (100_000 - parent.stats.live_blocks);
+    let stats = stats_of(&processes, child.pid);
+    assert_eq!(stats.lost_events, lost, "{stats:#?}");
+    assert_eq!(stats.unmatched_frees, lost, "{stats:#?}");
+    assert_eq!(stats.alloc_calls, child.alloc_calls, "{stats:#?}");
+    assert_eq!(stats.bytes_allocated, child.bytes_allocated);
+    assert_eq!(stats.failed_allocs, child.failed_allocs);
+    assert_eq!(stats.free_calls, child.free_calls - lost, "{stats:#?}");
+    assert_eq!(stats.live_blocks, lost, "{stats:#?}");
+    assert_eq!(
+        tracker.later_live_blocks(),
+        memtrack::LaterLiveBlocks::Reserved {
+            blocks: 80_000 - memtrack::LIVE_BLOCKS_AT_LOAD
+        }
+    );
 }

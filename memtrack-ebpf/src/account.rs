@@ -14,7 +14,7 @@ use memtrack_common::{
 use crate::{
     atomics,
     global_count::global_bump,
-    maps::{GLOBAL, LIVE, LIVE_ON_DEMAND, SLOTS, STATS, THREADS, TRACKED},
+    maps::{GLOBAL, LIVE, LIVE_MORE, LIVE_ON_DEMAND, LiveMore, SLOTS, STATS, THREADS, TRACKED},
 };
 
 /// `BPF_NOEXIST`: insert only if the key is absent.
@@ -30,6 +30,18 @@ const E2BIG: i32 = 7;
 /// with 0 every use of `LIVE_ON_DEMAND` is pruned from the programs.
 #[unsafe(no_mangle)]
 static HAS_LIVE_ON_DEMAND: u32 = 0;
+
+/// 1 when user space may put a preallocated map in `LIVE_MORE` (it reserves part of the
+/// preallocated entries after load), else 0: with 0 the verifier prunes every use of
+/// it. Set like [`HAS_LIVE_ON_DEMAND`] (`memtrack_common::LIVE_MORE_GLOBAL`).
+#[unsafe(no_mangle)]
+static HAS_LIVE_MORE: u32 = 0;
+
+/// How many live blocks the overflow maps (the map in `LIVE_MORE` and `LIVE_ON_DEMAND`)
+/// may hold together: the capacity beyond `LIVE`'s
+/// (`memtrack_common::LIVE_OVERFLOW_CAPACITY_GLOBAL`).
+#[unsafe(no_mangle)]
+static LIVE_OVERFLOW_CAPACITY: u64 = 0;
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
 #[inline(always)]
@@ -309,13 +321,16 @@ fn live_key(tgid: u32, addr: u64) -> LiveKey {
     }
 }
 
-// The live blocks are in two maps (maps.rs says why): `LIVE`, preallocated, and
-// `LIVE_ON_DEMAND`, which takes a block only when an insert into `LIVE` finds it full.
+// The live blocks are in up to three maps (maps.rs says why): `LIVE`, preallocated; the
+// map user space may put in `LIVE_MORE`, preallocated, once the blocks spill past
+// `LIVE`; and `LIVE_ON_DEMAND`. The last two are the overflow maps: a block goes there
+// only when an insert into `LIVE` finds it full, into the map in `LIVE_MORE` if there is
+// one and it has room, else into `LIVE_ON_DEMAND`.
 //
-// The invariant: an address is never in both maps. Entries of one key are only made by
-// `put_live` for that key, which first looks in both maps (in `LIVE_ON_DEMAND` whenever
-// it may hold an entry: `on_demand_in_use`), revives or replaces what it finds there,
-// inserts into `LIVE` only when neither has the key, and into `LIVE_ON_DEMAND` only
+// The invariant: an address is never in two maps. Entries of one key are only made by
+// `put_live` for that key, which first looks in every map (in the overflow maps
+// whenever they may hold an entry: `overflow_in_use`), revives or replaces what it finds
+// there, inserts into `LIVE` only when none has the key, and into an overflow map only
 // when `LIVE` refused that insert for being full. No two `put_live` calls for one key
 // overlap: an allocation's return program runs before the allocator's caller sees the
 // address, so before any release of the block and before the allocator can hand the
@@ -323,16 +338,31 @@ fn live_key(tgid: u32, addr: u64) -> LiveKey {
 // The one thing that can run on the same key meanwhile is the deletion of a tombstone
 // by the thread that released it last (`flush_released`), which only removes, and
 // which `put_live` waits for (`LiveBlock::DELETING`). So every lookup may stop at the
-// first map that has the key.
+// first map that has the key. A map user space puts in `LIVE_MORE` while programs run
+// changes none of this: it starts empty, and stays there until the maps are closed.
 //
-// Looking into `LIVE_ON_DEMAND` costs a hash lookup, so it is skipped while the map is
-// empty: the programs count its entries in GLOBAL (`LIVE_ON_DEMAND_COUNT`, raised before
-// an insert and lowered after a deletion; user space counts its own deletions apart in
-// `LIVE_ON_DEMAND_PURGED`), so the difference is never below what it holds. An entry of
-// a key was inserted before the allocator handed the key out again, so the `put_live`
-// or release of that later block sees it counted. A program with fewer live blocks than
-// `LIVE` holds, or one whose extra blocks were all released again, makes no extra
-// lookup; a malloc+free pair never does (both find the entry in `LIVE`).
+// Looking into an overflow map costs a hash lookup, so they are skipped while they are
+// empty: the programs count their entries in GLOBAL (`LIVE_OVERFLOW_COUNT`, raised
+// before an insert and lowered after a deletion; user space counts its own deletions
+// apart in `LIVE_OVERFLOW_PURGED`), so the difference is never below what they hold.
+// An entry of a key was inserted before the allocator handed the key out again, so the
+// `put_live` or release of that later block sees it counted. A program with fewer live
+// blocks than `LIVE` holds, or one whose extra blocks were all released again, makes no
+// extra lookup; a malloc+free pair never does (both find the entry in `LIVE`). The same
+// count, raised by compare-and-swap only while below `LIVE_OVERFLOW_CAPACITY`, keeps
+// the two overflow maps together within the capacity beyond `LIVE`'s: the maps hold
+// exactly the configured number of blocks.
+
+/// Which live-block map holds an entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// `LIVE`.
+    Live,
+    /// The map in `LIVE_MORE`.
+    More,
+    /// `LIVE_ON_DEMAND`.
+    OnDemand,
+}
 
 /// Whether `LIVE_ON_DEMAND` has any capacity (see [`HAS_LIVE_ON_DEMAND`]).
 #[inline(always)]
@@ -341,16 +371,27 @@ fn has_on_demand() -> bool {
     unsafe { core::ptr::read_volatile(&HAS_LIVE_ON_DEMAND) != 0 }
 }
 
-/// Whether `LIVE_ON_DEMAND` may hold entries now (two array reads, which the verifier
-/// inlines; no map call).
+/// The map in `LIVE_MORE`, once user space has put it there (see [`HAS_LIVE_MORE`]).
 #[inline(always)]
-fn on_demand_in_use() -> bool {
-    if !has_on_demand() {
+fn more_map() -> Option<&'static LiveMore> {
+    // SAFETY: reading a global; volatile keeps the compiler from folding the 0.
+    if unsafe { core::ptr::read_volatile(&HAS_LIVE_MORE) } == 0 {
+        return None;
+    }
+    LIVE_MORE.get(0)
+}
+
+/// Whether either overflow map may hold entries now (two array reads, which the
+/// verifier inlines; no map call).
+#[inline(always)]
+fn overflow_in_use() -> bool {
+    // SAFETY: reading globals; volatile keeps the compiler from folding the 0.
+    if unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) } == 0 {
         return false;
     }
     let (Some(count), Some(purged)) = (
-        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_COUNT),
-        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_PURGED),
+        GLOBAL.get_ptr(global::LIVE_OVERFLOW_COUNT),
+        GLOBAL.get_ptr(global::LIVE_OVERFLOW_PURGED),
     ) else {
         // Cannot happen (the slots are below the array's size); looking is always safe.
         return true;
@@ -358,45 +399,82 @@ fn on_demand_in_use() -> bool {
     atomics::load(count).wrapping_sub(atomics::load(purged)) != 0
 }
 
-/// The entry of `key`, in `LIVE` or else (while it may hold any) in `LIVE_ON_DEMAND`,
-/// and whether it is `LIVE_ON_DEMAND`'s.
+/// The entry of `key`, in `LIVE` or else (while they may hold any) in an overflow map,
+/// and which map holds it.
 #[inline(always)]
-fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, bool)> {
+fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
     if let Some(v) = LIVE.get_ptr_mut(key) {
-        return Some((v, false));
+        return Some((v, Home::Live));
     }
-    if on_demand_in_use()
+    if !overflow_in_use() {
+        return None;
+    }
+    if let Some(more) = more_map()
+        && let Some(v) = more.get_ptr_mut(key)
+    {
+        return Some((v, Home::More));
+    }
+    if has_on_demand()
         && let Some(v) = LIVE_ON_DEMAND.get_ptr_mut(key)
     {
-        return Some((v, true));
+        return Some((v, Home::OnDemand));
     }
     None
 }
 
-/// Inserts `value` at `key` into `LIVE_ON_DEMAND` (`LIVE` is full), counted first.
+/// Inserts `value` at `key` into an overflow map (`LIVE` is full): the map in
+/// `LIVE_MORE` while it has room, else `LIVE_ON_DEMAND`; counted first, within the
+/// overflow capacity (`-E2BIG` beyond it, as from a full map).
 #[inline(always)]
-fn insert_on_demand(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
-    let count = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT);
-    if let Some(c) = count {
-        atomics::add(c, 1);
+fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
+    // SAFETY: reading a global; volatile keeps the compiler from folding it.
+    let capacity = unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) };
+    if capacity == 0 {
+        return Err(-E2BIG);
     }
-    let inserted = LIVE_ON_DEMAND.insert(key, value, BPF_NOEXIST);
-    if inserted.is_err()
-        && let Some(c) = count
-    {
-        atomics::sub(c, 1);
+    let (Some(count), Some(purged)) = (
+        GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT),
+        GLOBAL.get_ptr(global::LIVE_OVERFLOW_PURGED),
+    ) else {
+        return Err(-E2BIG);
+    };
+    match atomics::add_below(count, atomics::load(purged), capacity) {
+        Some(true) => {}
+        Some(false) => return Err(-E2BIG),
+        // Contended beyond the tries: counted as a lost event by the caller, as a full
+        // map is.
+        None => return Err(-E2BIG),
+    }
+    let mut inserted = Err(-E2BIG);
+    if let Some(more) = more_map() {
+        inserted = more.insert(key, value, BPF_NOEXIST);
+    }
+    if matches!(inserted, Err(e) if e == -E2BIG) && has_on_demand() {
+        inserted = LIVE_ON_DEMAND.insert(key, value, BPF_NOEXIST);
+    }
+    if inserted.is_err() {
+        atomics::sub(count, 1);
     }
     inserted
 }
 
-/// Deletes the entry of `key` from its map (`on_demand`: `LIVE_ON_DEMAND`, uncounted
-/// after the deletion).
+/// Deletes the entry of `key` from `home` (an overflow map's entry uncounted after the
+/// deletion).
 #[inline(always)]
-fn delete_live(key: &LiveKey, on_demand: bool) {
-    if !on_demand {
-        let _ = LIVE.remove(key);
-    } else if LIVE_ON_DEMAND.remove(key).is_ok()
-        && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT)
+fn delete_live(key: &LiveKey, home: Home) {
+    let deleted = match home {
+        Home::Live => {
+            let _ = LIVE.remove(key);
+            return;
+        }
+        Home::More => match more_map() {
+            Some(more) => more.remove(key),
+            None => return,
+        },
+        Home::OnDemand => LIVE_ON_DEMAND.remove(key),
+    };
+    if deleted.is_ok()
+        && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT)
     {
         atomics::sub(c, 1);
     }
@@ -408,7 +486,7 @@ fn delete_live(key: &LiveKey, on_demand: bool) {
 const PUT_TRIES: usize = 4;
 
 /// Deletes the live-map entry this thread released last and left behind as a tombstone
-/// (in `LIVE` or `LIVE_ON_DEMAND`), unless it is the block at `keep` (about to be handed out again, or released again).
+/// (in whichever live-block map holds it), unless it is the block at `keep` (about to be handed out again, or released again).
 ///
 /// Why deletions are deferred: a hash map insert and delete are the dearest part of a
 /// call (kernel functions taking the bucket's lock and the element free list), and most
@@ -432,18 +510,18 @@ fn flush_released(t: &Thread, keep: u64) {
         }
         (*t.state).released = 0;
         let key = live_key(t.tgid(), addr);
-        if let Some((v, on_demand)) = find_live(&key)
+        if let Some((v, home)) = find_live(&key)
             && atomics::swap(&raw mut (*v).size, LiveBlock::RELEASED, LiveBlock::DELETING)
         {
-            delete_live(&key, on_demand);
+            delete_live(&key, home);
         }
     }
 }
 
 /// Makes `block` live at `addr`: revives its tombstone in place (in whichever map holds
-/// it), or inserts it into `LIVE`, or into `LIVE_ON_DEMAND` when `LIVE` is full. False
-/// when it could not be recorded (both full). The invariant it keeps, an address in at
-/// most one map, is explained above [`has_on_demand`].
+/// it), or inserts it into `LIVE`, or into an overflow map when `LIVE` is full. False
+/// when it could not be recorded (all full). The invariant it keeps, an address in at
+/// most one map, is explained above [`Home`].
 #[inline(always)]
 fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
     let key = live_key(t.tgid(), addr);
@@ -476,7 +554,7 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
             None => {
                 let value = LiveBlock { size, ..*block };
                 let inserted = match LIVE.insert(&key, &value, BPF_NOEXIST) {
-                    Err(e) if e == -E2BIG && has_on_demand() => insert_on_demand(&key, &value),
+                    Err(e) if e == -E2BIG => insert_overflow(&key, &value),
                     other => other,
                 };
                 match inserted {

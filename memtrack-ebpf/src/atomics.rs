@@ -87,3 +87,20 @@ pub fn raise_to(dst: *mut u64, v: u64) -> Option<bool> {
     }
     None
 }
+
+/// `*dst += 1` if `*dst - base` (wrapping) is below `limit`, with a compare-and-swap
+/// loop: Some(true) when it counted one more, Some(false) when the limit was reached,
+/// `None` when the loop gave up.
+#[inline(always)]
+pub fn add_below(dst: *mut u64, base: u64, limit: u64) -> Option<bool> {
+    for _ in 0..CAS_TRIES {
+        let old = load(dst);
+        if old.wrapping_sub(base) >= limit {
+            return Some(false);
+        }
+        if swap(dst, old, old.wrapping_add(1)) {
+            return Some(true);
+        }
+    }
+    None
+}

@@ -9,6 +9,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type},
+    btf_maps::ArrayOfMaps,
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_get},
     macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
@@ -45,30 +46,49 @@ pub static STATS: Array<PidStats> = Array::with_max_entries(MAX_TRACKED_PROCESSE
 
 /// (tgid, address) -> requested size in bytes and stack id of every live block allocated
 /// while tracked (and, briefly, the last block each thread released: see
-/// `account::flush_released`), in two maps: this one, preallocated, holds the first
-/// blocks (`memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS` unless user space resizes
-/// it before loading), [`LIVE_ON_DEMAND`] the rest. An address is in at most one of them
+/// `account::flush_released`), in up to three maps: this one, preallocated, holds the
+/// first blocks (`memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS` unless user space
+/// resizes it before loading); the map user space puts in [`LIVE_MORE`], preallocated
+/// too, the next ones; [`LIVE_ON_DEMAND`] the rest. An address is in at most one of them
 /// (`account::put_live` says why).
 ///
-/// Why two: a preallocated map's entries are all reserved and zeroed when it is created,
-/// about 104 bytes a block, which for a million blocks was 40-50 ms of every tracker's
-/// start-up (and more under load); without preallocation (the kernel's BPF allocator)
-/// malloc and free cost 30-70% more per call with blocks live (measured,
-/// BENCHMARKS.md), and calls outnumber trackers by far. So the blocks most programs
-/// ever hold live get the cheap entries, reserved quickly, and only a program holding
-/// more pays for entries allocated on demand.
+/// Why several: a preallocated map's entries are all reserved and zeroed when it is
+/// created, 80 bytes a block, about 40 ns a block here (21 ms for half a million), on
+/// the path of every tracker's start-up; without preallocation (the kernel's BPF
+/// allocator) malloc and free cost 30-70% more per call with blocks live (measured,
+/// BENCHMARKS.md), and calls outnumber trackers by far. So a tracker of other processes
+/// reserves only the first 65,536 entries at load (`LIVE`), and the rest of the
+/// preallocated ones once its processes spill past them (`LIVE_MORE`), while the
+/// blocks that arrive before that wait in `LIVE_ON_DEMAND`: a short process pays for
+/// no entries it does not use, and a program holding many blocks gets cheap entries
+/// for nearly all of them.
 #[map]
 pub static LIVE: HashMap<LiveKey, LiveBlock> =
     HashMap::with_max_entries(DEFAULT_PREALLOCATED_LIVE_BLOCKS, 0);
 
-/// The live blocks [`LIVE`] has no room for: inserted only when an insert into `LIVE`
-/// finds it full, and looked up only while it may hold entries (counted in `GLOBAL`,
-/// `memtrack_common::global::LIVE_ON_DEMAND_COUNT`), so that a program with fewer live
+/// The shape of the map in [`LIVE_MORE`]: `LIVE`'s (the kernel checks an inner map
+/// against it: type, key and value sizes and flags; a hash map's `max_entries` may
+/// differ).
+pub type LiveMore = aya_ebpf::btf_maps::HashMap<LiveKey, LiveBlock, 1, 0>;
+
+/// One slot, empty until user space puts a preallocated map of the live blocks beyond
+/// `LIVE`'s there (memtrack-core's live_growth.rs), after load. The programs look into
+/// it only while the `HAS_LIVE_MORE` global (account.rs) is 1 and the overflow maps may
+/// hold entries.
+#[btf_map]
+pub static LIVE_MORE: ArrayOfMaps<LiveMore, 1> = ArrayOfMaps::new();
+
+/// The live blocks the preallocated maps have no room for (or, before user space has
+/// filled [`LIVE_MORE`], the blocks beyond `LIVE`'s): inserted only when an insert
+/// into the preallocated ones finds them full, and looked up only while the overflow
+/// maps may hold entries (counted in `GLOBAL`,
+/// `memtrack_common::global::LIVE_OVERFLOW_COUNT`), so that a program with fewer live
 /// blocks than `LIVE` holds makes no extra lookup. Not preallocated: only its bucket
 /// array is made at load (16 bytes per bucket), each entry when a block goes live.
-/// Sized by user space to the rest of the capacity (`max_live_blocks` minus `LIVE`'s),
-/// so that together they hold exactly that many; with nothing left it keeps one entry
-/// and the `HAS_LIVE_ON_DEMAND` global (account.rs) is 0: no program touches it.
+/// Sized by user space to the capacity beyond `LIVE`'s; the overflow count keeps it
+/// and the map in `LIVE_MORE` together within that, so that the maps hold exactly the
+/// configured capacity. With nothing left it keeps one entry and the
+/// `HAS_LIVE_ON_DEMAND` global (account.rs) is 0: no program touches it.
 #[map]
 pub static LIVE_ON_DEMAND: HashMap<LiveKey, LiveBlock> = HashMap::with_max_entries(
     DEFAULT_MAX_LIVE_BLOCKS - DEFAULT_PREALLOCATED_LIVE_BLOCKS,

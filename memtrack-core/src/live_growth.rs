@@ -1,0 +1,225 @@
+//! The preallocated live-block entries a tracker of other processes reserves after load
+//! (loader.rs [`LIVE_BLOCKS_AT_LOAD`](crate::loader::LIVE_BLOCKS_AT_LOAD) says why): a
+//! thread watches for the first block the tracked processes keep beyond `LIVE`, then
+//! makes the map of the other preallocated entries and puts it in `LIVE_MORE`, where the
+//! programs look for it (memtrack-ebpf's account.rs). Blocks that go live before that
+//! are kept in `LIVE_ON_DEMAND`, which has room for all of them until then: no call
+//! waits for the map, and none is lost for want of it.
+
+use std::{
+    os::fd::{AsFd, OwnedFd},
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData};
+use aya_obj::generated::bpf_map_type;
+use memtrack_common::{LiveBlock, LiveKey, global, map_names};
+
+use crate::{
+    bpf_object::{PlainMap, create_plain_map},
+    shared::Shared,
+};
+
+/// A live-block map as user space reads it.
+pub(crate) type LiveMap = HashMap<MapData, LiveKey, LiveBlock>;
+
+/// How often the thread looks whether the tracked processes spilled past `LIVE`: one
+/// `bpf()` lookup each time.
+const POLL: Duration = Duration::from_millis(2);
+
+/// Every how many polls the thread also adds up the tracked processes' live blocks
+/// (one lookup per process, at most [`MAX_PROCESSES_SUMMED`]), to reserve the entries
+/// before `LIVE` is full: making half a million takes 20 ms or more, and a program
+/// allocating as fast as uprobes allow (about a microsecond a call here, on each CPU)
+/// would put tens of thousands of blocks on demand meanwhile.
+const SUM_EVERY: u32 = 5;
+
+/// The processes whose live blocks one sum reads at most (the rest are not looked at:
+/// the spill check still sees them).
+pub(crate) const MAX_PROCESSES_SUMMED: usize = 256;
+
+/// What became of the preallocated live-block entries a tracker reserves after load
+/// ([`ProcessTracker::later_live_blocks`](crate::ProcessTracker::later_live_blocks)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LaterLiveBlocks {
+    /// None are reserved after load: all the preallocated entries were reserved then (a
+    /// tracker of the calling process, or no more preallocated blocks than
+    /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD)).
+    None,
+    /// Not reserved yet: the tracked processes never held more blocks live than the
+    /// entries reserved at load.
+    Waiting {
+        /// Entries that will be reserved, in blocks.
+        blocks: u32,
+    },
+    /// Reserved and in use.
+    Reserved {
+        /// Entries reserved, in blocks.
+        blocks: u32,
+    },
+    /// The kernel could not make them (usually: not enough memory). The blocks beyond
+    /// the entries reserved at load live in entries allocated on demand instead:
+    /// counted exactly all the same, at a higher cost per call (BENCHMARKS.md).
+    Failed {
+        /// Entries that were asked for, in blocks.
+        blocks: u32,
+        /// What the kernel said.
+        reason: String,
+    },
+}
+
+/// The engine's side: `LIVE_MORE`, the map put in it, and what became of it.
+pub(crate) struct LiveMore {
+    /// `LIVE_MORE` and a second handle to `GLOBAL`, until the thread takes them.
+    growth: Option<LiveGrowth>,
+    /// The map put in `LIVE_MORE` (for purging a process's entries), once made.
+    pub(crate) map: Option<LiveMap>,
+    status: LaterLiveBlocks,
+}
+
+impl LiveMore {
+    /// `blocks` preallocated entries to reserve after load (0: none) in `slot`
+    /// (`LIVE_MORE`); `global` is a handle of `GLOBAL` the thread may read.
+    pub(crate) fn new(
+        slot: ArrayOfMaps<MapData, LiveMap>,
+        global: Option<Array<MapData, u64>>,
+        blocks: u32,
+    ) -> LiveMore {
+        match global {
+            Some(global) if blocks > 0 => LiveMore {
+                growth: Some(LiveGrowth {
+                    slot,
+                    global,
+                    blocks,
+                }),
+                map: None,
+                status: LaterLiveBlocks::Waiting { blocks },
+            },
+            _ => LiveMore {
+                growth: None,
+                map: None,
+                status: LaterLiveBlocks::None,
+            },
+        }
+    }
+
+    /// What became of the entries.
+    pub(crate) fn status(&self) -> LaterLiveBlocks {
+        self.status.clone()
+    }
+
+    /// The map is made: from now on purges cover it (before the programs can put
+    /// anything in it).
+    fn made(&mut self, map: LiveMap, blocks: u32) {
+        self.map = Some(map);
+        self.status = LaterLiveBlocks::Reserved { blocks };
+    }
+
+    fn failed(&mut self, blocks: u32, reason: String) {
+        self.status = LaterLiveBlocks::Failed { blocks, reason };
+    }
+}
+
+/// What the thread needs: no engine lock while it waits, makes the map (tens of ms for
+/// half a million entries) or puts it in place (the kernel waits for an RCU grace
+/// period there).
+struct LiveGrowth {
+    slot: ArrayOfMaps<MapData, LiveMap>,
+    global: Array<MapData, u64>,
+    blocks: u32,
+}
+
+impl LiveGrowth {
+    /// Whether the overflow maps hold entries now: some process keeps a block live
+    /// beyond `LIVE`.
+    fn spilled(&self) -> bool {
+        let read = |slot| self.global.get(&slot, 0).unwrap_or(0);
+        read(global::LIVE_OVERFLOW_COUNT).wrapping_sub(read(global::LIVE_OVERFLOW_PURGED)) != 0
+    }
+
+    /// The map of the preallocated entries, as the kernel makes it; one handle for the
+    /// slot, one for the engine.
+    fn make(&self) -> std::io::Result<(LiveMap, LiveMap)> {
+        let fd = create_plain_map(&PlainMap {
+            name: map_names::LIVE_MORE,
+            map_type: bpf_map_type::BPF_MAP_TYPE_HASH,
+            key_size: size_of::<LiveKey>() as u32,
+            value_size: size_of::<LiveBlock>() as u32,
+            max_entries: self.blocks,
+            map_flags: 0,
+            inner_map: None,
+        })?;
+        let second = fd.as_fd().try_clone_to_owned()?;
+        Ok((live_map(fd)?, live_map(second)?))
+    }
+
+    /// Waits until the tracked processes keep half as many blocks live as `LIVE` holds,
+    /// or spill past it (or the tracker is gone), then reserves the entries.
+    fn run(mut self, shared: Weak<Shared>) {
+        let threshold = u64::from(crate::loader::LIVE_BLOCKS_AT_LOAD / 2);
+        for poll in 1u32.. {
+            std::thread::sleep(POLL);
+            if self.spilled() {
+                break;
+            }
+            if poll % SUM_EVERY == 0 {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                if shared.engine.lock().live_blocks_now() >= threshold {
+                    break;
+                }
+            } else if shared.strong_count() == 0 {
+                return;
+            }
+        }
+        let made = self.make();
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let blocks = self.blocks;
+        let (for_slot, for_engine) = match made {
+            Ok(maps) => maps,
+            Err(e) => {
+                shared
+                    .engine
+                    .lock()
+                    .live_more()
+                    .failed(blocks, e.to_string());
+                return;
+            }
+        };
+        // The engine first, so that a process forgotten from now on has its entries in
+        // the new map purged too; the programs use the map once it is in the slot.
+        shared.engine.lock().live_more().made(for_engine, blocks);
+        if let Err(e) = self.slot.set(0, &for_slot, 0) {
+            // Nothing was put in the map: the blocks stay on demand.
+            let mut engine = shared.engine.lock();
+            let more = engine.live_more();
+            more.map = None;
+            more.failed(blocks, format!("putting the map in `LIVE_MORE`: {e}"));
+        }
+    }
+}
+
+/// A live-block map from a descriptor of one.
+fn live_map(fd: OwnedFd) -> std::io::Result<LiveMap> {
+    let data = MapData::from_fd(fd).map_err(std::io::Error::other)?;
+    let map = aya::maps::Map::from_map_data(data).map_err(std::io::Error::other)?;
+    LiveMap::try_from(map).map_err(std::io::Error::other)
+}
+
+/// Starts the thread of `shared`'s tracker, if it reserves entries after load.
+pub(crate) fn start(shared: &Arc<Shared>) {
+    let Some(growth) = shared.engine.lock().live_more().growth.take() else {
+        return;
+    };
+    let weak = Arc::downgrade(shared);
+    // Without a thread the entries are never reserved: the blocks beyond `LIVE` stay
+    // on demand, exact all the same.
+    let _ = std::thread::Builder::new()
+        .name("memtrack-live".into())
+        .spawn(move || growth.run(weak));
+}
