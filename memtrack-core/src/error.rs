@@ -272,13 +272,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The kernel maps memtrack makes when it starts do not fit in what the limit of
-    /// its memory cgroup (or of an ancestor) leaves. Checked before they are made: a
+    /// The kernel maps memtrack makes (when it starts, and the preallocated live-block
+    /// entries a tracker of other processes reserves later) do not fit in what the
+    /// limit of its memory cgroup (or of an ancestor) leaves. Checked before any is
+    /// made: a
     /// map filling the cgroup to its limit makes the cgroup's OOM killer kill a process
     /// in it, usually memtrack.
     #[error(
         "the kernel maps for {blocks} live blocks ({preallocated} of them preallocated) \
-         need about {} MiB of kernel memory when memtrack starts, but the memory cgroup \
+         need about {} MiB of kernel memory, reserved when memtrack starts or once its \
+         processes keep many blocks live, but the memory cgroup \
          {} leaves about {} MiB of its {} MiB limit (its file cache counted as free); \
          ask for fewer preallocated blocks (--preallocated-live-blocks, \
          TrackerBuilder::preallocated_live_blocks) or fewer blocks (--max-live-blocks, \
@@ -294,8 +297,8 @@ pub enum Error {
         /// How many of them have preallocated entries.
         preallocated: u32,
         /// Kernel memory, in bytes, the maps reserve when they are made (the live-block
-        /// maps' [`live_map_bytes`](crate::live_map_bytes) `at_load`, and the unwind
-        /// rows with stacks on).
+        /// maps' [`live_map_bytes`](crate::live_map_bytes) `at_load` and `later`, and
+        /// the unwind rows with stacks on).
         kernel_bytes: u64,
         /// The directory of the cgroup whose limit is the tightest.
         cgroup: std::path::PathBuf,

@@ -70,10 +70,9 @@ mod uprobe_multi;
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use detach::hand_off_links_at_exit;
 pub use error::{Error, Result};
-pub use live_growth::LaterLiveBlocks;
+pub use live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
 pub use loader::{
-    LIVE_BLOCKS_AT_LOAD, LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks,
-    live_map_bytes,
+    LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes,
 };
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};

@@ -1,6 +1,5 @@
 //! The preallocated live-block entries a tracker of other processes reserves after load
-//! (loader.rs [`LIVE_BLOCKS_AT_LOAD`](crate::loader::LIVE_BLOCKS_AT_LOAD) says why): a
-//! thread watches for the first block the tracked processes keep beyond `LIVE`, then
+//! ([`LIVE_BLOCKS_AT_LOAD`] says why): a thread watches for the first block the tracked processes keep beyond `LIVE`, then
 //! makes the map of the other preallocated entries and puts it in `LIVE_MORE`, where the
 //! programs look for it (memtrack-ebpf's account.rs). Blocks that go live before that
 //! are kept in `LIVE_ON_DEMAND`, which has room for all of them until then: no call
@@ -8,7 +7,7 @@
 
 use std::{
     os::fd::{AsFd, OwnedFd},
-    sync::{Arc, Weak},
+    sync::Weak,
     time::Duration,
 };
 
@@ -16,10 +15,28 @@ use aya::maps::{Array, ArrayOfMaps, HashMap, MapData};
 use aya_obj::generated::bpf_map_type;
 use memtrack_common::{LiveBlock, LiveKey, global, map_names};
 
-use crate::{
-    bpf_object::{PlainMap, create_plain_map},
-    shared::Shared,
-};
+use crate::bpf_object::{PlainMap, create_plain_map};
+
+/// The preallocated live-block entries a tracker of other processes
+/// ([`TrackerBuilder::spawn`](crate::TrackerBuilder::spawn),
+/// [`attach_pid`](crate::TrackerBuilder::attach_pid)) reserves when it loads: 65,536
+/// blocks. The rest of its
+/// [`preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks) are
+/// reserved once its processes keep half as many blocks live (this module), so that a
+/// short process pays for none of them: reserving the default 524,288 took 21 ms of the
+/// start-up here, on its critical path (BENCHMARKS.md). A tracker of the calling process
+/// reserves them all at load (it starts no threads).
+pub const LIVE_BLOCKS_AT_LOAD: u32 = 1 << 16;
+
+/// What the thread asks of the tracker it works for (its shared state, which it must not
+/// keep alive).
+pub(crate) trait Host: Send + Sync {
+    /// The live blocks of the tracked processes now (an estimate: at most
+    /// [`MAX_PROCESSES_SUMMED`] processes are read).
+    fn live_blocks_now(&self) -> u64;
+    /// Runs `f` on the engine's [`LiveMore`].
+    fn with_live_more(&self, f: &mut dyn FnMut(&mut LiveMore));
+}
 
 /// A live-block map as user space reads it.
 pub(crate) type LiveMap = HashMap<MapData, LiveKey, LiveBlock>;
@@ -110,6 +127,11 @@ impl LiveMore {
         self.status.clone()
     }
 
+    /// What the thread needs, once (None: nothing to reserve, or taken).
+    pub(crate) fn take_growth(&mut self) -> Option<LiveGrowth> {
+        self.growth.take()
+    }
+
     /// The map is made: from now on purges cover it (before the programs can put
     /// anything in it).
     fn made(&mut self, map: LiveMap, blocks: u32) {
@@ -125,7 +147,7 @@ impl LiveMore {
 /// What the thread needs: no engine lock while it waits, makes the map (tens of ms for
 /// half a million entries) or puts it in place (the kernel waits for an RCU grace
 /// period there).
-struct LiveGrowth {
+pub(crate) struct LiveGrowth {
     slot: ArrayOfMaps<MapData, LiveMap>,
     global: Array<MapData, u64>,
     blocks: u32,
@@ -157,49 +179,50 @@ impl LiveGrowth {
 
     /// Waits until the tracked processes keep half as many blocks live as `LIVE` holds,
     /// or spill past it (or the tracker is gone), then reserves the entries.
-    fn run(mut self, shared: Weak<Shared>) {
-        let threshold = u64::from(crate::loader::LIVE_BLOCKS_AT_LOAD / 2);
+    fn run(mut self, host: Weak<dyn Host>) {
+        let threshold = u64::from(LIVE_BLOCKS_AT_LOAD / 2);
         for poll in 1u32.. {
             std::thread::sleep(POLL);
             if self.spilled() {
                 break;
             }
             if poll % SUM_EVERY == 0 {
-                let Some(shared) = shared.upgrade() else {
+                let Some(host) = host.upgrade() else {
                     return;
                 };
-                if shared.engine.lock().live_blocks_now() >= threshold {
+                if host.live_blocks_now() >= threshold {
                     break;
                 }
-            } else if shared.strong_count() == 0 {
+            } else if host.strong_count() == 0 {
                 return;
             }
         }
         let made = self.make();
-        let Some(shared) = shared.upgrade() else {
+        let Some(host) = host.upgrade() else {
             return;
         };
         let blocks = self.blocks;
         let (for_slot, for_engine) = match made {
             Ok(maps) => maps,
             Err(e) => {
-                shared
-                    .engine
-                    .lock()
-                    .live_more()
-                    .failed(blocks, e.to_string());
+                host.with_live_more(&mut |more| more.failed(blocks, e.to_string()));
                 return;
             }
         };
         // The engine first, so that a process forgotten from now on has its entries in
         // the new map purged too; the programs use the map once it is in the slot.
-        shared.engine.lock().live_more().made(for_engine, blocks);
+        let mut for_engine = Some(for_engine);
+        host.with_live_more(&mut |more| {
+            if let Some(map) = for_engine.take() {
+                more.made(map, blocks);
+            }
+        });
         if let Err(e) = self.slot.set(0, &for_slot, 0) {
             // Nothing was put in the map: the blocks stay on demand.
-            let mut engine = shared.engine.lock();
-            let more = engine.live_more();
-            more.map = None;
-            more.failed(blocks, format!("putting the map in `LIVE_MORE`: {e}"));
+            host.with_live_more(&mut |more| {
+                more.map = None;
+                more.failed(blocks, format!("putting the map in `LIVE_MORE`: {e}"));
+            });
         }
     }
 }
@@ -211,15 +234,11 @@ fn live_map(fd: OwnedFd) -> std::io::Result<LiveMap> {
     LiveMap::try_from(map).map_err(std::io::Error::other)
 }
 
-/// Starts the thread of `shared`'s tracker, if it reserves entries after load.
-pub(crate) fn start(shared: &Arc<Shared>) {
-    let Some(growth) = shared.engine.lock().live_more().growth.take() else {
-        return;
-    };
-    let weak = Arc::downgrade(shared);
+/// Starts the thread that reserves `growth` for the tracker of `host`.
+pub(crate) fn start(growth: LiveGrowth, host: Weak<dyn Host>) {
     // Without a thread the entries are never reserved: the blocks beyond `LIVE` stay
     // on demand, exact all the same.
     let _ = std::thread::Builder::new()
         .name("memtrack-live".into())
-        .spawn(move || growth.run(weak));
+        .spawn(move || growth.run(host));
 }

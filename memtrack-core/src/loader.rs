@@ -26,7 +26,7 @@ use crate::{
     detach::Detachable,
     ebpf_map::{map_err, take_map},
     error::{Error, Result},
-    live_growth::{LaterLiveBlocks, LiveMore},
+    live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks, LiveMore},
 };
 
 /// A second handle of map `name` of `object` (which keeps the first), as a `T`.
@@ -64,17 +64,6 @@ pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
 /// The kernel's `struct htab_elem` header before a hash map entry's key (Linux 6.x,
 /// x86_64).
 const ELEMENT_HEADER: u64 = 48;
-
-/// The preallocated live-block entries a tracker of other processes
-/// ([`TrackerBuilder::spawn`](crate::TrackerBuilder::spawn),
-/// [`attach_pid`](crate::TrackerBuilder::attach_pid)) reserves when it loads: 65,536
-/// blocks. The rest of its
-/// [`preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks) are
-/// reserved once its processes hold more blocks live than these (live_growth.rs), so
-/// that a short process pays for none of them: reserving the default 524,288 took 21 ms
-/// of the start-up here, on its critical path (BENCHMARKS.md). A tracker of the calling
-/// process reserves them all at load (it starts no threads).
-pub const LIVE_BLOCKS_AT_LOAD: u32 = 1 << 16;
 
 /// Kernel memory of the live-block maps for `max_live_blocks` blocks of which
 /// `preallocated` (at most `max_live_blocks`) have preallocated entries

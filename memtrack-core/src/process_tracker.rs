@@ -44,7 +44,7 @@ impl ProcessTracker {
     /// the root process is probed and running.
     pub(crate) fn follow(shared: Arc<Shared>, starting: Starting) -> Result<ProcessTracker> {
         let (follower, pid) = starting.finish(shared.clone())?;
-        crate::live_growth::start(&shared);
+        shared.start_live_growth();
         Ok(ProcessTracker {
             shared,
             pid,

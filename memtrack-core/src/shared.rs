@@ -5,13 +5,17 @@
 //! follower (follow.rs) registers, probes and retires processes in it. Neither knows
 //! the other: both know this.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{
+    Arc, Weak,
+    atomic::{AtomicBool, Ordering},
+};
 
 use memtrack_common::{PidStats, TrackState};
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
     error::{Error, Result},
+    live_growth::{self, LiveMore},
     loader::{Engine, ProbeInfo},
     process::{ProcessRecord, Registry, TrackedProcess},
     stats::Stats,
@@ -118,6 +122,16 @@ impl Shared {
             engine.set_state(record.process.pid, state)?;
         }
         Ok(())
+    }
+
+    /// Starts reserving the tracker's later preallocated live-block entries
+    /// (live_growth.rs), if it has any: once its processes run.
+    pub(crate) fn start_live_growth(self: &Arc<Self>) {
+        let Some(growth) = self.engine.lock().live_more().take_growth() else {
+            return;
+        };
+        let host: Weak<dyn live_growth::Host> = Arc::downgrade(self) as Weak<Shared>;
+        live_growth::start(growth, host);
     }
 
     /// Raw counters as [`Stats`]; the syscall counters are `None` when not counted.
@@ -246,5 +260,15 @@ impl Shared {
             RootEnd::Exited(status) => Some(*status),
             RootEnd::Running | RootEnd::Unfollowed(_) => None,
         }
+    }
+}
+
+impl live_growth::Host for Shared {
+    fn live_blocks_now(&self) -> u64 {
+        self.engine.lock().live_blocks_now()
+    }
+
+    fn with_live_more(&self, f: &mut dyn FnMut(&mut LiveMore)) {
+        f(self.engine.lock().live_more());
     }
 }

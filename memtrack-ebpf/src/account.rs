@@ -424,7 +424,25 @@ fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
 
 /// Inserts `value` at `key` into an overflow map (`LIVE` is full): the map in
 /// `LIVE_MORE` while it has room, else `LIVE_ON_DEMAND`; counted first, within the
-/// overflow capacity (`-E2BIG` beyond it, as from a full map).
+/// overflow capacity (`-E2BIG` beyond it, as from a full map). A BPF global function
+/// (verified once, see verified_once.rs): inlined, its compare-and-swap loop was walked
+/// again in every try of [`put_live`], which doubled the return program's verification.
+/// Returns 0, or the failed insert's negative error.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_insert_overflow(key: *const LiveKey, value: *const LiveBlock) -> i32 {
+    if key.is_null() || value.is_null() {
+        return -E2BIG;
+    }
+    // SAFETY: both point to whole values (the verifier checked their sizes at the call).
+    let (key, value) = unsafe { (&*key, &*value) };
+    match insert_overflow(key, value) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// See [`memtrack_insert_overflow`].
 #[inline(always)]
 fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
     // SAFETY: reading a global; volatile keeps the compiler from folding it.
@@ -554,7 +572,10 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
             None => {
                 let value = LiveBlock { size, ..*block };
                 let inserted = match LIVE.insert(&key, &value, BPF_NOEXIST) {
-                    Err(e) if e == -E2BIG => insert_overflow(&key, &value),
+                    Err(e) if e == -E2BIG => match memtrack_insert_overflow(&key, &value) {
+                        0 => Ok(()),
+                        e => Err(e),
+                    },
                     other => other,
                 };
                 match inserted {
