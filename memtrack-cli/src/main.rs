@@ -105,7 +105,7 @@ enum Command {
         /// 134217728 (default 524288; more than --max-live-blocks means all), about 96
         /// bytes per block, the cheapest per allocator call (blocks live beyond them cost
         /// more per call). The first 65536 are reserved when memtrack starts, the others
-        /// once the tracked processes keep 32768 blocks live, in the background (blocks
+        /// once the tracked processes keep 16384 blocks live, in the background (blocks
         /// that go live before that are kept in entries allocated on demand).
         #[arg(
             long,

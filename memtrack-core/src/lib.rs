@@ -70,7 +70,7 @@ mod uprobe_multi;
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use detach::hand_off_links_at_exit;
 pub use error::{Error, Result};
-pub use live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
+pub use live_growth::{GROW_AT_LIVE_BLOCKS, LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
 pub use loader::{
     LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes,
 };

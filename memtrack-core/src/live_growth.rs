@@ -22,11 +22,20 @@ use crate::bpf_object::{PlainMap, create_plain_map};
 /// [`attach_pid`](crate::TrackerBuilder::attach_pid)) reserves when it loads: 65,536
 /// blocks. The rest of its
 /// [`preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks) are
-/// reserved once its processes keep half as many blocks live (this module), so that a
+/// reserved once its processes keep [`GROW_AT_LIVE_BLOCKS`] blocks live (this module), so that a
 /// short process pays for none of them: reserving the default 524,288 took 21 ms of the
 /// start-up here, on its critical path (BENCHMARKS.md). A tracker of the calling process
 /// reserves them all at load (it starts no threads).
 pub const LIVE_BLOCKS_AT_LOAD: u32 = 1 << 16;
+
+/// The live blocks of its processes at which a tracker of other processes reserves its
+/// other preallocated entries: 16,384, a quarter of [`LIVE_BLOCKS_AT_LOAD`]. Making half
+/// a million entries and putting them in place takes 30-60 ms here (more with the CPUs
+/// busy), which a program allocating as fast as uprobes allow (about a microsecond a
+/// call, on each CPU) needs to go from 16,384 live blocks to 65,536; what it allocates
+/// beyond those before the entries are ready gets entries allocated on demand. A
+/// program that never keeps that many blocks live pays for none of them.
+pub const GROW_AT_LIVE_BLOCKS: u32 = LIVE_BLOCKS_AT_LOAD / 4;
 
 /// What the thread asks of the tracker it works for (its shared state, which it must not
 /// keep alive).
@@ -177,10 +186,10 @@ impl LiveGrowth {
         Ok((live_map(fd)?, live_map(second)?))
     }
 
-    /// Waits until the tracked processes keep half as many blocks live as `LIVE` holds,
-    /// or spill past it (or the tracker is gone), then reserves the entries.
+    /// Waits until the tracked processes keep [`GROW_AT_LIVE_BLOCKS`] blocks live, or
+    /// spill past `LIVE` (or the tracker is gone), then reserves the entries.
     fn run(mut self, host: Weak<dyn Host>) {
-        let threshold = u64::from(LIVE_BLOCKS_AT_LOAD / 2);
+        let threshold = u64::from(GROW_AT_LIVE_BLOCKS);
         for poll in 1u32.. {
             std::thread::sleep(POLL);
             if self.spilled() {

@@ -383,6 +383,9 @@ pub(crate) struct Engine {
     /// Entries this side deleted from the overflow maps (`live_more`'s and
     /// `live_on_demand`), as last written to `global::LIVE_OVERFLOW_PURGED`.
     overflow_purged: u64,
+    /// Those of them from `live_on_demand`, as last written to
+    /// `global::LIVE_ON_DEMAND_PURGED`.
+    on_demand_purged: u64,
     global: Array<MapData, u64>,
     /// Which slot of `tracked`/`stats` each process owns.
     slots: Slots,
@@ -605,6 +608,7 @@ impl Engine {
             live_more,
             live_on_demand,
             overflow_purged: 0,
+            on_demand_purged: 0,
             global,
             slots: Slots::new(),
             ld_hook_stops,
@@ -984,18 +988,29 @@ impl Engine {
             }
             deleted
         }
-        purge(&mut self.live, pid);
+        if purge(&mut self.live, pid) != 0 {
+            // `LIVE` has room again (a hint: memtrack-ebpf's account.rs).
+            let _ = self.global.set(global::LIVE_FULL, 0, 0);
+        }
         if !self.overflow_in_use() {
             return;
         }
-        let mut deleted = purge(&mut self.live_on_demand, pid);
-        if let Some(more) = &mut self.live_more.map {
-            deleted += purge(more, pid);
+        let on_demand = purge(&mut self.live_on_demand, pid);
+        let more = self
+            .live_more
+            .map
+            .as_mut()
+            .map_or(0, |more| purge(more, pid));
+        // After the deletions, so that the programs' counts less these are never below
+        // what the maps hold (memtrack-ebpf's account.rs).
+        if on_demand != 0 {
+            self.on_demand_purged += on_demand;
+            let _ = self
+                .global
+                .set(global::LIVE_ON_DEMAND_PURGED, self.on_demand_purged, 0);
         }
-        if deleted != 0 {
-            // After the deletions, so that the programs' count less this one is never
-            // below what the maps hold (memtrack-ebpf's account.rs).
-            self.overflow_purged += deleted;
+        if on_demand + more != 0 {
+            self.overflow_purged += on_demand + more;
             let _ = self
                 .global
                 .set(global::LIVE_OVERFLOW_PURGED, self.overflow_purged, 0);

@@ -85,7 +85,8 @@ impl TrackerBuilder {
     /// memory until used. A [`Tracker`] of the calling process reserves them all when it
     /// loads. A [`ProcessTracker`] reserves the first
     /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD) (65,536) when it loads and the
-    /// others on a thread of its own once its processes keep half as many blocks live
+    /// others on a thread of its own once its processes keep
+    /// [`GROW_AT_LIVE_BLOCKS`](crate::GROW_AT_LIVE_BLOCKS) (16,384) blocks live
     /// (blocks that go live before they are ready get entries allocated on demand,
     /// counted exactly all the same; [`ProcessTracker::later_live_blocks`] says what
     /// became of them): a short command pays for none of them. 0 makes building the

@@ -354,14 +354,15 @@ fn blocks_in_every_live_map_count_exactly_across_processes() {
     );
 }
 
-/// A process that never keeps more blocks live than the entries reserved at load makes
-/// the tracker reserve no others.
+/// A process that never keeps `memtrack::GROW_AT_LIVE_BLOCKS` blocks live makes the
+/// tracker reserve no more entries than those reserved at load.
 #[test]
 fn a_small_program_reserves_no_more_entries() {
     if !require_privileges("a_small_program_reserves_no_more_entries") {
         return;
     }
-    let (tracker, children) = run_hold_blocks(Tracker::builder(), 20_000, 1);
+    let blocks = memtrack::GROW_AT_LIVE_BLOCKS - 1_000;
+    let (tracker, children) = run_hold_blocks(Tracker::builder(), blocks, 1);
     let processes = tracker.collect_processes().unwrap();
     let stats = stats_of(&processes, children[0].pid);
     assert_eq!(stats.alloc_calls, children[0].alloc_calls, "{stats:#?}");

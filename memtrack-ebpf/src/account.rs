@@ -399,27 +399,101 @@ fn overflow_in_use() -> bool {
     atomics::load(count).wrapping_sub(atomics::load(purged)) != 0
 }
 
+/// Whether `LIVE` was found full since its last deletion (`global::LIVE_FULL`).
+#[inline(always)]
+fn live_full() -> bool {
+    GLOBAL
+        .get_ptr(global::LIVE_FULL)
+        .is_some_and(|hint| atomics::load(hint) != 0)
+}
+
+/// Sets or clears the `LIVE_FULL` hint; a plain store, made only when it changes it
+/// (every CPU reads that line).
+#[inline(always)]
+fn set_live_full(full: bool) {
+    if let Some(hint) = GLOBAL.get_ptr_mut(global::LIVE_FULL)
+        && (atomics::load(hint) != 0) != full
+    {
+        // SAFETY: a map value pointer, valid for the program's run.
+        unsafe { core::ptr::write_volatile(hint, u64::from(full)) };
+    }
+}
+
+/// The entry of `key` in the map in `LIVE_MORE`.
+#[inline(always)]
+fn find_more(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
+    let v = more_map()?.get_ptr_mut(key)?;
+    Some((v, Home::More))
+}
+
 /// The entry of `key`, in `LIVE` or else (while they may hold any) in an overflow map,
-/// and which map holds it.
+/// and which map holds it. While `LIVE` is full (the `LIVE_FULL` hint) the map in
+/// `LIVE_MORE` is looked into first: it holds the blocks allocated since, which are
+/// most of the blocks of a program that keeps many live, and most of those it releases
+/// soon.
 #[inline(always)]
 fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
+    let in_use = overflow_in_use();
+    let more_first = in_use && live_full();
+    if more_first && let Some(found) = find_more(key) {
+        return Some(found);
+    }
     if let Some(v) = LIVE.get_ptr_mut(key) {
         return Some((v, Home::Live));
     }
-    if !overflow_in_use() {
+    if !in_use {
         return None;
     }
-    if let Some(more) = more_map()
-        && let Some(v) = more.get_ptr_mut(key)
-    {
-        return Some((v, Home::More));
+    if !more_first && let Some(found) = find_more(key) {
+        return Some(found);
     }
-    if has_on_demand()
+    if on_demand_in_use()
         && let Some(v) = LIVE_ON_DEMAND.get_ptr_mut(key)
     {
         return Some((v, Home::OnDemand));
     }
     None
+}
+
+/// Whether `LIVE_ON_DEMAND` may hold entries now (see
+/// `memtrack_common::global::LIVE_ON_DEMAND_COUNT`).
+#[inline(always)]
+fn on_demand_in_use() -> bool {
+    if !has_on_demand() {
+        return false;
+    }
+    let (Some(count), Some(purged)) = (
+        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_COUNT),
+        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_PURGED),
+    ) else {
+        // Cannot happen (the slots are below the array's size); looking is always safe.
+        return true;
+    };
+    atomics::load(count).wrapping_sub(atomics::load(purged)) != 0
+}
+
+/// Inserts `value` at `key` into `LIVE` or, when it is full, into an overflow map. With
+/// the `LIVE_FULL` hint set the overflow maps come first (no insert that fails for want
+/// of room), and `LIVE` only if they are full: the hint may be stale.
+#[inline(always)]
+fn insert_live(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
+    let overflow = || match memtrack_insert_overflow(key, value) {
+        0 => Ok(()),
+        e => Err(e),
+    };
+    if live_full() {
+        return match overflow() {
+            Err(e) if e == -E2BIG => LIVE.insert(key, value, BPF_NOEXIST),
+            other => other,
+        };
+    }
+    match LIVE.insert(key, value, BPF_NOEXIST) {
+        Err(e) if e == -E2BIG => {
+            set_live_full(true);
+            overflow()
+        }
+        other => other,
+    }
 }
 
 /// Inserts `value` at `key` into an overflow map (`LIVE` is full): the map in
@@ -468,7 +542,16 @@ fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
         inserted = more.insert(key, value, BPF_NOEXIST);
     }
     if matches!(inserted, Err(e) if e == -E2BIG) && has_on_demand() {
+        let on_demand = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT);
+        if let Some(c) = on_demand {
+            atomics::add(c, 1);
+        }
         inserted = LIVE_ON_DEMAND.insert(key, value, BPF_NOEXIST);
+        if inserted.is_err()
+            && let Some(c) = on_demand
+        {
+            atomics::sub(c, 1);
+        }
     }
     if inserted.is_err() {
         atomics::sub(count, 1);
@@ -482,14 +565,24 @@ fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
 fn delete_live(key: &LiveKey, home: Home) {
     let deleted = match home {
         Home::Live => {
-            let _ = LIVE.remove(key);
+            if LIVE.remove(key).is_ok() {
+                set_live_full(false);
+            }
             return;
         }
         Home::More => match more_map() {
             Some(more) => more.remove(key),
             None => return,
         },
-        Home::OnDemand => LIVE_ON_DEMAND.remove(key),
+        Home::OnDemand => {
+            let deleted = LIVE_ON_DEMAND.remove(key);
+            if deleted.is_ok()
+                && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_ON_DEMAND_COUNT)
+            {
+                atomics::sub(c, 1);
+            }
+            deleted
+        }
     };
     if deleted.is_ok()
         && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT)
@@ -571,14 +664,7 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
             },
             None => {
                 let value = LiveBlock { size, ..*block };
-                let inserted = match LIVE.insert(&key, &value, BPF_NOEXIST) {
-                    Err(e) if e == -E2BIG => match memtrack_insert_overflow(&key, &value) {
-                        0 => Ok(()),
-                        e => Err(e),
-                    },
-                    other => other,
-                };
-                match inserted {
+                match insert_live(&key, &value) {
                     Ok(()) => return true,
                     // Inserted meanwhile (a deletion ended between the lookup and
                     // here): look again.
