@@ -1413,6 +1413,51 @@ mod tests {
         assert_eq!(slots.next_generation(), 1);
     }
 
+    /// How the live-block capacity is split: a tracker of the calling process reserves
+    /// every preallocated entry at load; a tracker of other processes at most
+    /// `LIVE_BLOCKS_AT_LOAD` of them, the rest later; the on-demand map has room for
+    /// everything beyond `LIVE` (until the later entries exist they are its), and the
+    /// overflow capacity keeps the total exact.
+    #[test]
+    fn the_live_capacity_is_split_exactly() {
+        use super::LiveSplit;
+        let at_load = super::LIVE_BLOCKS_AT_LOAD;
+        // The defaults, in-process and for other processes.
+        let here = LiveSplit::new(1 << 20, 1 << 19, false);
+        assert_eq!(
+            (
+                here.at_load,
+                here.later,
+                here.overflow,
+                here.on_demand_entries
+            ),
+            (1 << 19, 0, 1 << 19, 1 << 19)
+        );
+        let other = LiveSplit::new(1 << 20, 1 << 19, true);
+        assert_eq!(
+            (other.at_load, other.later, other.overflow),
+            (at_load, (1 << 19) - at_load, (1 << 20) - at_load)
+        );
+        assert_eq!(other.on_demand_entries, other.overflow);
+        assert_eq!(other.preallocated(), 1 << 19);
+        assert_eq!(other.beyond_preallocated(), 1 << 19);
+        // Fewer preallocated than reserved at load: nothing later.
+        let small = LiveSplit::new(1 << 20, 1000, true);
+        assert_eq!((small.at_load, small.later), (1000, 0));
+        // Everything preallocated: no on-demand capacity once the later map exists, but
+        // room for all of it there until then.
+        let all = LiveSplit::new(200_000, 200_000, true);
+        assert_eq!((all.at_load, all.later), (at_load, 200_000 - at_load));
+        assert_eq!(all.overflow, 200_000 - at_load);
+        assert_eq!(all.beyond_preallocated(), 0);
+        // No capacity beyond LIVE: the on-demand map keeps its one entry, unused.
+        let none = LiveSplit::new(1000, 1000, false);
+        assert_eq!((none.overflow, none.on_demand_entries), (0, 1));
+        // Clamped: 0 preallocated is 1, more than the capacity is all of it.
+        assert_eq!(LiveSplit::new(10, 0, true).at_load, 1);
+        assert_eq!(LiveSplit::new(10, 50, false).at_load, 10);
+    }
+
     /// The documented maximum is the kernel's: one block more is refused by the kernel
     /// itself (E2BIG, before it reserves any memory), and said in words. (The maximum
     /// itself was measured to load here, 11 GiB in 18 s: too much for a test.)
