@@ -591,22 +591,17 @@ pub mod global {
     /// reset), written by user space only, after deleting them. The programs look into
     /// those maps only while `LIVE_OVERFLOW_COUNT - LIVE_OVERFLOW_PURGED` is not 0.
     pub const LIVE_OVERFLOW_PURGED: u32 = 5;
-    /// Not 0 when an insert into `LIVE` found it full since an entry of `LIVE` was last
-    /// deleted: a hint (inserts go straight to the overflow maps, and lookups try the
-    /// map in `LIVE_MORE` first), never a count; a stale hint costs a lookup or an
-    /// insert, never a block.
-    pub const LIVE_FULL: u32 = 6;
     /// Entries the programs inserted into `LIVE_ON_DEMAND` less those they deleted
     /// (also in [`LIVE_OVERFLOW_COUNT`]), raised before an insert and lowered after a
     /// deletion: the programs look into that map only while this less
     /// [`LIVE_ON_DEMAND_PURGED`] is not 0 (a lookup into an empty map of a million
     /// buckets still costs a cache miss).
-    pub const LIVE_ON_DEMAND_COUNT: u32 = 7;
+    pub const LIVE_ON_DEMAND_COUNT: u32 = 6;
     /// Entries user space deleted from `LIVE_ON_DEMAND` (also in
     /// [`LIVE_OVERFLOW_PURGED`]), written by user space only, after deleting them.
-    pub const LIVE_ON_DEMAND_PURGED: u32 = 8;
+    pub const LIVE_ON_DEMAND_PURGED: u32 = 7;
     /// Number of slots in the `GLOBAL` map.
-    pub const LEN: u32 = 9;
+    pub const LEN: u32 = 8;
 }
 
 /// Default capacity for live blocks across all tracked processes (`LIVE`, the map in

@@ -988,10 +988,7 @@ impl Engine {
             }
             deleted
         }
-        if purge(&mut self.live, pid) != 0 {
-            // `LIVE` has room again (a hint: memtrack-ebpf's account.rs).
-            let _ = self.global.set(global::LIVE_FULL, 0, 0);
-        }
+        purge(&mut self.live, pid);
         if !self.overflow_in_use() {
             return;
         }

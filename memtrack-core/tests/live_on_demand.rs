@@ -411,3 +411,148 @@ fn the_capacity_is_exact_across_the_three_live_maps() {
         }
     );
 }
+
+/// tests/programs/live_shadow.c under a tracker of other processes, its steps driven
+/// over two pipes (it writes a byte to fd 3 at each step and waits for one on fd 4;
+/// `at_step` runs in between, with the program's pid); returns the tracker (waited for),
+/// the program's pid and what it printed: (reused, allocs, frees).
+fn run_live_shadow(
+    mode: &str,
+    env: &[(&str, &str)],
+    mut at_step: impl FnMut(&memtrack::ProcessTracker, u32),
+) -> (memtrack::ProcessTracker, u32, (u64, u64, u64)) {
+    use std::{
+        io::{Read, Write},
+        os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    };
+    let pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: a plain pipe(2) into a two-element array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors are new and ours.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let (steps_read, steps_write) = pipe();
+    let (go_read, go_write) = pipe();
+    let dir = tempfile::tempdir().unwrap();
+    let program = memtrack_test_support::compile_c(
+        &memtrack_test_support::repo_dir().join("tests/programs/live_shadow.c"),
+        dir.path(),
+        &[],
+    );
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut spec = memtrack::CommandSpec::new(&program)
+        .args([mode])
+        .fd(1, out.as_raw_fd())
+        .fd(3, steps_write.as_raw_fd())
+        .fd(4, go_read.as_raw_fd());
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    let tracker = Tracker::builder().spawn(spec).unwrap();
+    let pid = tracker.pid();
+    // Only the program holds these ends now: its exit ends the steps.
+    drop((steps_write, go_read));
+    let mut steps = std::fs::File::from(steps_read);
+    let mut go = std::fs::File::from(go_write);
+    let mut byte = [0u8; 1];
+    while steps.read(&mut byte).unwrap() == 1 {
+        at_step(&tracker, pid);
+        go.write_all(b"g").unwrap();
+    }
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0), "live_shadow {mode}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let field = |name: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+            .parse()
+            .unwrap()
+    };
+    let printed = (field("reused"), field("allocs"), field("frees"));
+    (tracker, pid, printed)
+}
+
+/// Once the later preallocated entries exist, a new block goes straight into them,
+/// without looking for an older entry of its address in the first map ("Newest first",
+/// memtrack-ebpf's account.rs). A block released while counting was off leaves its
+/// entry in the first map; the allocator hands its address out again with counting on:
+/// the new block is counted and released exactly (found before the older entry), and
+/// the old one stays live in the counts, as a block released while not counting does.
+#[test]
+fn a_new_block_hides_an_older_entry_of_its_address() {
+    if !require_privileges("a_new_block_hides_an_older_entry_of_its_address") {
+        return;
+    }
+    let mut steps = 0;
+    let (tracker, pid, (reused, allocs, frees)) = run_live_shadow("stale", &[], |t, pid| {
+        steps += 1;
+        // Off for the free of the first block, on again for the malloc after it.
+        t.control().set_process_enabled(pid, steps == 2).unwrap();
+    });
+    assert_eq!(steps, 2);
+    assert_eq!(reused, 1, "the allocator did not hand the address back");
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        (stats.alloc_calls, stats.free_calls),
+        (allocs, frees),
+        "{stats:#?}"
+    );
+    assert_eq!(allocs, 70_002);
+    assert_eq!(
+        (stats.bytes_allocated, stats.bytes_freed),
+        (40 + 70_000 * 48 + 36, 70_000 * 48 + 36),
+        "{stats:#?}"
+    );
+    // The block released while counting was off.
+    assert_eq!((stats.live_blocks, stats.live_bytes), (1, 40), "{stats:#?}");
+    assert_eq!(
+        (stats.unmatched_frees, stats.lost_events),
+        (0, 0),
+        "{stats:#?}"
+    );
+    assert!(matches!(
+        tracker.later_live_blocks(),
+        memtrack::LaterLiveBlocks::Reserved { .. }
+    ));
+    let _ = pid;
+}
+
+/// The same across threads: thread A's last release stays a tombstone in the first map,
+/// and thread B gets its address from the shared arena (glibc.malloc.arena_max=1): B's
+/// block goes into the later entries, B's free finds it (not A's tombstone), and A's
+/// next call leaves both maps right: no free is unmatched, nothing is lost.
+#[test]
+fn a_block_another_thread_released_last_counts_exactly() {
+    if !require_privileges("a_block_another_thread_released_last_counts_exactly") {
+        return;
+    }
+    let (tracker, _, (reused, allocs, frees)) = run_live_shadow(
+        "thread",
+        &[("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")],
+        |_, _| {},
+    );
+    assert_eq!(reused, 1, "thread B did not get thread A's last address");
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        (stats.unmatched_frees, stats.lost_events),
+        (0, 0),
+        "{stats:#?}"
+    );
+    // Creating the two threads allocates too (glibc's per-thread structures): those
+    // come on top of the program's own calls, all of which were released but the
+    // threads' own, which stay live (the process ends with the threads running).
+    assert!(stats.alloc_calls >= allocs, "{stats:#?}");
+    assert_eq!(stats.free_calls, frees, "{stats:#?}");
+    assert_eq!(
+        stats.live_blocks,
+        stats.alloc_calls - allocs,
+        "only the threads' own blocks stay live: {stats:#?}"
+    );
+    assert!(matches!(
+        tracker.later_live_blocks(),
+        memtrack::LaterLiveBlocks::Reserved { .. }
+    ));
+}
