@@ -18,6 +18,7 @@ mod isolation;
 mod lifecycle;
 mod probe_cost;
 mod programs;
+mod render;
 mod report;
 mod samples;
 mod session;

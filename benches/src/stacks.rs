@@ -130,6 +130,19 @@ impl StackCheck {
     }
 }
 
+/// "stacks off", "stacks, depth N", or "stacks, depth N, every stack walked" (the
+/// cache of walks off).
+pub fn setup_name(stacks: Option<StackSetup>) -> String {
+    match stacks {
+        None => "stacks off".to_string(),
+        Some(StackSetup { depth, cache: true }) => format!("stacks, depth {depth}"),
+        Some(StackSetup {
+            depth,
+            cache: false,
+        }) => format!("stacks, depth {depth}, every stack walked (cache off)"),
+    }
+}
+
 /// Everything benchmark 6 measured.
 #[derive(Clone, Debug)]
 pub struct StacksResult {
@@ -212,7 +225,7 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
         for row in &mut setups {
             eprintln!(
                 "  deep loops, {}: round {}/{}",
-                crate::stacks_report::setup_name(row.stacks),
+                setup_name(row.stacks),
                 round + 1,
                 s.tracked_runs
             );

@@ -3,23 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::{
-    report::{Align, Json, fmt_ns, fmt_ratio, markdown_table, obj, samples_json, text, thousands},
-    stacks::{StackCheck, StacksResult},
-    workload::StackSetup,
+    render::{Align, Json, fmt_ns, fmt_ratio, markdown_table, obj, samples_json, text, thousands},
+    stacks::{StackCheck, StacksResult, setup_name},
 };
-
-/// "stacks off", "stacks, depth N", or "stacks, depth N, every stack walked" (the
-/// cache of walks off).
-pub fn setup_name(stacks: Option<StackSetup>) -> String {
-    match stacks {
-        None => "stacks off".to_string(),
-        Some(StackSetup { depth, cache: true }) => format!("stacks, depth {depth}"),
-        Some(StackSetup {
-            depth,
-            cache: false,
-        }) => format!("stacks, depth {depth}, every stack walked (cache off)"),
-    }
-}
 
 /// The section as Markdown.
 pub fn markdown(r: &StacksResult, out: &mut String) {
