@@ -334,21 +334,30 @@ pub struct FuncCounters {
 /// User space inserts a zeroed value before enabling a process; the eBPF programs only
 /// update existing values, with atomic instructions (several threads of one process run
 /// the programs concurrently).
+///
+/// The programs keep no counter that others determine, because each is one more locked
+/// add on every call (about 3.5 ns on the Intel Xeon host, BENCHMARKS.md "The
+/// accounting against the uprobe floor"): the blocks live now are
+/// [`live_blocks`](Self::live_blocks), those handed out less `free_calls`, and the bytes
+/// released are [`bytes_freed`](Self::bytes_freed), `bytes_allocated` less
+/// `live_bytes`. Both are exactly what a counter of their own held (the same wrapping
+/// sums). A value read while the process runs is a copy of the fields one after
+/// another, never one instant, as it always was; the field a derivation subtracts comes
+/// first in memory (`free_calls` before `alloc_calls`, `live_bytes` before
+/// `bytes_allocated`), so a copy made in address order never shows more released than
+/// handed out.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PidStats {
-    /// Blocks handed out.
-    pub alloc_calls: u64,
     /// Blocks released (free of a known pointer, realloc's release of the old block).
     pub free_calls: u64,
+    /// Blocks handed out.
+    pub alloc_calls: u64,
+    /// Bytes of the live blocks: requested bytes of the blocks handed out less those of
+    /// the blocks released (wrapping).
+    pub live_bytes: u64,
     /// Requested bytes of the blocks handed out.
     pub bytes_allocated: u64,
-    /// Requested bytes of the blocks released.
-    pub bytes_freed: u64,
-    /// Blocks allocated and not yet released.
-    pub live_blocks: u64,
-    /// Bytes of the live blocks.
-    pub live_bytes: u64,
     /// Highest `live_bytes` seen.
     pub peak_live_bytes: u64,
     /// `bpf_ktime_get_ns()` when `live_bytes` last reached `peak_live_bytes` (the latest
@@ -391,12 +400,10 @@ pub struct PidStats {
 impl PidStats {
     /// All counters zero.
     pub const ZERO: PidStats = PidStats {
-        alloc_calls: 0,
         free_calls: 0,
-        bytes_allocated: 0,
-        bytes_freed: 0,
-        live_blocks: 0,
+        alloc_calls: 0,
         live_bytes: 0,
+        bytes_allocated: 0,
         peak_live_bytes: 0,
         peak_time_ns: 0,
         failed_allocs: 0,
@@ -421,6 +428,21 @@ impl PidStats {
         peak_epoch: 0,
         _reserved: [0; 2],
     };
+}
+
+impl PidStats {
+    /// Blocks handed out and not released: `alloc_calls - free_calls` (wrapping, as the
+    /// counter the programs kept before was).
+    pub const fn live_blocks(&self) -> u64 {
+        self.alloc_calls.wrapping_sub(self.free_calls)
+    }
+
+    /// Requested bytes of the blocks released: `bytes_allocated - live_bytes`
+    /// (wrapping). Every release subtracts its block's bytes from `live_bytes`, and
+    /// nothing else changes either field but an allocation, which adds its bytes to both.
+    pub const fn bytes_freed(&self) -> u64 {
+        self.bytes_allocated.wrapping_sub(self.live_bytes)
+    }
 }
 
 impl Default for PidStats {

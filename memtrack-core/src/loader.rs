@@ -849,7 +849,7 @@ impl Engine {
         let Ok(stats) = self.stats.get(&slot.index, 0) else {
             return true;
         };
-        counting || stats.live_blocks != 0 || stats.free_calls != 0 || stats.lost_events != 0
+        counting || stats.live_blocks() != 0 || stats.free_calls != 0 || stats.lost_events != 0
     }
 
     /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count

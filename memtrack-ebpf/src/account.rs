@@ -529,14 +529,16 @@ pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> Liv
 }
 
 /// Counts a block of `size` requested bytes handed out by `func` (after [`new_block`]
-/// and [`make_live`]).
+/// and [`make_live`]), and raises the peak. The live blocks are not counted: user space
+/// derives them (`PidStats::live_blocks`).
 #[inline(always)]
 pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
         atomics::add(&raw mut (*stats).alloc_calls, 1);
+        // Before `live_bytes`: `bytes_freed` is the one less the other (PidStats), so a
+        // reader never sees this block released before it was handed out.
         atomics::add(&raw mut (*stats).bytes_allocated, size);
-        atomics::add(&raw mut (*stats).live_blocks, 1);
         if let Some(slot) = slot(func) {
             atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
         }
@@ -617,14 +619,13 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
 }
 
 /// A known block of `size` bytes was released; `credit` is the free-like function's
-/// counter slot to credit the bytes to (None for realloc's release).
+/// counter slot to credit the bytes to (None for realloc's release). The live blocks
+/// and the bytes released are not counted: user space derives them (`PidStats`).
 #[inline(always)]
 pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
     // SAFETY: stats points into a live map value; index checked.
     unsafe {
         atomics::add(&raw mut (*stats).free_calls, 1);
-        atomics::add(&raw mut (*stats).bytes_freed, size);
-        atomics::sub(&raw mut (*stats).live_blocks, 1);
         atomics::sub(&raw mut (*stats).live_bytes, size);
         if let Some(slot) = credit.and_then(slot) {
             atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
