@@ -337,22 +337,21 @@ pub struct FuncCounters {
 ///
 /// The programs keep no counter that others determine, because each is one more locked
 /// add on every call (about 3.5 ns on the Intel Xeon host, BENCHMARKS.md "The
-/// accounting against the uprobe floor"): the blocks live now are
-/// [`live_blocks`](Self::live_blocks), those handed out less `free_calls`, and the bytes
-/// released are [`bytes_freed`](Self::bytes_freed), `bytes_allocated` less
-/// `live_bytes`. Both are exactly what a counter of their own held (the same wrapping
-/// sums). A value read while the process runs is a copy of the fields one after
-/// another, never one instant, as it always was; the field a derivation subtracts comes
-/// first in memory (`free_calls` before `alloc_calls`, `live_bytes` before
-/// `bytes_allocated`), so a copy made in address order never shows more released than
-/// handed out.
+/// accounting against the uprobe floor"): the blocks handed out are
+/// [`alloc_calls`](Self::alloc_calls), the sum of `size_histogram` (every block is
+/// counted in one bucket); those live now are [`live_blocks`](Self::live_blocks), the
+/// blocks handed out less `free_calls`; the bytes released are
+/// [`bytes_freed`](Self::bytes_freed), `bytes_allocated` less `live_bytes`. Each is
+/// exactly what a counter of its own held (the same wrapping sums). A value read while
+/// the process runs is a copy of the fields one after another, never one instant, as it
+/// always was; the field a derivation subtracts comes first in memory (`free_calls`
+/// before the histogram, `live_bytes` before `bytes_allocated`), so a copy made in
+/// address order never shows more released than handed out.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PidStats {
     /// Blocks released (free of a known pointer, realloc's release of the old block).
     pub free_calls: u64,
-    /// Blocks handed out.
-    pub alloc_calls: u64,
     /// Bytes of the live blocks: requested bytes of the blocks handed out less those of
     /// the blocks released (wrapping).
     pub live_bytes: u64,
@@ -388,7 +387,9 @@ pub struct PidStats {
     pub last_brk: u64,
     /// Per-function counters, indexed by [`func`].
     pub funcs: [FuncCounters; NUM_FUNCS],
-    /// Log2 histogram of the requested sizes of the blocks handed out.
+    /// Log2 histogram of the requested sizes of the blocks handed out: every block
+    /// handed out is counted in exactly one bucket (its sum is
+    /// [`alloc_calls`](Self::alloc_calls)).
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
     /// Times `live_bytes` reached `peak_live_bytes` (the peak epoch of the per-stack
     /// at-peak counters, `stacks::KernelStackCounts`).
@@ -401,7 +402,6 @@ impl PidStats {
     /// All counters zero.
     pub const ZERO: PidStats = PidStats {
         free_calls: 0,
-        alloc_calls: 0,
         live_bytes: 0,
         bytes_allocated: 0,
         peak_live_bytes: 0,
@@ -431,10 +431,22 @@ impl PidStats {
 }
 
 impl PidStats {
-    /// Blocks handed out and not released: `alloc_calls - free_calls` (wrapping, as the
-    /// counter the programs kept before was).
+    /// Blocks handed out: the sum of `size_histogram` (wrapping, as the counter the
+    /// programs kept before was).
+    pub const fn alloc_calls(&self) -> u64 {
+        let mut sum = 0u64;
+        let mut i = 0;
+        while i < HISTOGRAM_BUCKETS {
+            sum = sum.wrapping_add(self.size_histogram[i]);
+            i += 1;
+        }
+        sum
+    }
+
+    /// Blocks handed out and not released: `alloc_calls() - free_calls` (wrapping, as
+    /// the counter the programs kept before was).
     pub const fn live_blocks(&self) -> u64 {
-        self.alloc_calls.wrapping_sub(self.free_calls)
+        self.alloc_calls().wrapping_sub(self.free_calls)
     }
 
     /// Requested bytes of the blocks released: `bytes_allocated - live_bytes`

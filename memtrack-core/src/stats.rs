@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Blocks handed out (see the module docs for what counts as one).
+    /// Blocks handed out (see the module docs for what counts as one); from the kernel's
+    /// counters: the sum of their size histogram, where every block is counted once.
     pub alloc_calls: u64,
     /// Blocks released: `free` of a known non-NULL pointer, and `realloc`'s release of
     /// the old block. `free(NULL)` is not a release.
@@ -168,7 +169,7 @@ impl From<&PidStats> for Stats {
             })
             .collect();
         Stats {
-            alloc_calls: raw.alloc_calls,
+            alloc_calls: raw.alloc_calls(),
             free_calls: raw.free_calls,
             bytes_allocated: raw.bytes_allocated,
             bytes_freed: raw.bytes_freed(),
@@ -269,7 +270,6 @@ mod tests {
         // compile here until this test gives it a value and checks it.
         let PidStats {
             free_calls: _,
-            alloc_calls: _,
             live_bytes: _,
             bytes_allocated: _,
             peak_live_bytes: _,
@@ -300,7 +300,6 @@ mod tests {
             shrinks: _,
         } = funcs[0];
         let mut raw = PidStats::ZERO;
-        raw.alloc_calls = 7;
         raw.free_calls = 2;
         raw.bytes_allocated = 10;
         raw.live_bytes = 6;
@@ -329,15 +328,18 @@ mod tests {
         for (i, blocks) in raw.size_histogram.iter_mut().enumerate() {
             *blocks = 1000 + i as u64;
         }
+        // The blocks handed out: the histogram's sum.
+        let alloc_calls: u64 = (0..HISTOGRAM_BUCKETS as u64).map(|i| 1000 + i).sum();
+        assert_eq!(alloc_calls, 67_080);
 
         let s = Stats::from(&raw);
         let mut want = Stats {
-            alloc_calls: 7,
+            alloc_calls,
             free_calls: 2,
             bytes_allocated: 10,
-            // Derived: 10 - 6 and 7 - 2.
+            // Derived: 10 - 6 and 67,080 - 2.
             bytes_freed: 4,
-            live_blocks: 5,
+            live_blocks: 67_078,
             live_bytes: 6,
             peak_live_bytes: 7,
             peak_time_ns: 8,
@@ -446,7 +448,9 @@ mod tests {
 
         fn alloc(&mut self, size: u64) {
             let raw = &mut self.raw;
-            raw.alloc_calls = raw.alloc_calls.wrapping_add(1);
+            // account.rs size_bucket: 0 for 0 bytes, else floor(log2(size)) + 1.
+            let bucket = (u64::BITS - size.leading_zeros()) as usize;
+            raw.size_histogram[bucket] = raw.size_histogram[bucket].wrapping_add(1);
             raw.bytes_allocated = raw.bytes_allocated.wrapping_add(size);
             raw.live_bytes = raw.live_bytes.wrapping_add(size);
             self.alloc_calls = self.alloc_calls.wrapping_add(1);
@@ -491,8 +495,9 @@ mod tests {
         }
     }
 
-    /// The live blocks and the bytes released, which the kernel does not count, come
-    /// out of the counters it keeps exactly as counters of their own would have: after
+    /// The blocks handed out, the live blocks and the bytes released, which the kernel
+    /// does not count, come out of the counters it keeps exactly as counters of their
+    /// own would have: after
     /// allocations, releases and resizes, with blocks of 0 bytes and of sizes near
     /// 2^64 whose sums wrap, and with releases of blocks allocated before a reset of the
     /// counters (a race the old counters also showed, wrapped below 0).
@@ -554,14 +559,12 @@ mod tests {
     #[test]
     fn merge_adds_counts_and_keeps_the_higher_peak() {
         let mut a = PidStats::ZERO;
-        a.alloc_calls = 2;
         a.bytes_allocated = 200;
         a.peak_live_bytes = 150;
         a.peak_time_ns = 5;
         a.funcs[0].calls = 2;
         a.size_histogram[8] = 2;
         let mut b = PidStats::ZERO;
-        b.alloc_calls = 1;
         b.bytes_allocated = 50;
         b.peak_live_bytes = 50;
         b.peak_time_ns = 9;

@@ -265,7 +265,9 @@ pub fn count_failure(stats: *mut PidStats, func: u32) {
     }
 }
 
-/// The histogram bucket of a size: 0 for 0, else floor(log2(size)) + 1.
+/// The histogram bucket of a size: 0 for 0, else floor(log2(size)) + 1, so at most 64:
+/// below `HISTOGRAM_BUCKETS` for every size (the bucket counts are the count of blocks
+/// handed out, `PidStats::alloc_calls`).
 #[inline(always)]
 fn size_bucket(size: u64) -> usize {
     if size == 0 {
@@ -529,13 +531,13 @@ pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> Liv
 }
 
 /// Counts a block of `size` requested bytes handed out by `func` (after [`new_block`]
-/// and [`make_live`]), and raises the peak. The live blocks are not counted: user space
-/// derives them (`PidStats::live_blocks`).
+/// and [`make_live`]), and raises the peak. The blocks handed out are counted in their
+/// size's histogram bucket alone, and the live blocks not at all: user space derives
+/// both (`PidStats::alloc_calls`, `PidStats::live_blocks`).
 #[inline(always)]
 pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
-        atomics::add(&raw mut (*stats).alloc_calls, 1);
         // Before `live_bytes`: `bytes_freed` is the one less the other (PidStats), so a
         // reader never sees this block released before it was handed out.
         atomics::add(&raw mut (*stats).bytes_allocated, size);
