@@ -392,7 +392,8 @@ pub struct PidStats {
     /// [`alloc_calls`](Self::alloc_calls)).
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
     /// Times `live_bytes` reached `peak_live_bytes` (the peak epoch of the per-stack
-    /// at-peak counters, `stacks::KernelStackCounts`).
+    /// at-peak counters, `stacks::KernelStackCounts`); counted with stacks on only, the
+    /// one case it is read in (0 with stacks off).
     pub peak_epoch: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
     pub _reserved: [u64; 2],

@@ -557,7 +557,11 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
                             &raw mut (*stats).peak_time_ns,
                             bpf_ktime_get_ns(),
                         );
-                        atomics::add(&raw mut (*stats).peak_epoch, 1);
+                        // Read only by the per-stack at-peak counters (unwind.rs
+                        // `snapshot`): with stacks off the verifier prunes the add.
+                        if crate::unwind::depth() != 0 {
+                            atomics::add(&raw mut (*stats).peak_epoch, 1);
+                        }
                     }
                     Some(false) => {}
                     None => atomics::add(&raw mut (*stats).lost_events, 1),
