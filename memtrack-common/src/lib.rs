@@ -588,6 +588,11 @@ pub struct ThreadState {
     /// Address of the block this thread released last whose `LIVE` entry it left as a
     /// tombstone ([`LiveBlock::RELEASED`]) to delete later; 0: none.
     pub released: u64,
+    /// The thread's `pid_tgid` (tgid in the high half), written by every program run
+    /// that finds the thread's process tracked: the accounting steps the programs call
+    /// as global functions read it here rather than ask the kernel again (a helper call
+    /// each, three per malloc+free pair).
+    pub pid_tgid: u64,
 }
 
 /// Bits of [`Pending::flags`].

@@ -103,6 +103,7 @@ impl Thread {
         unsafe {
             let (slot, owner) = slot_of(tgid_of(pid_tgid), (*state).slot)?;
             (*state).slot = slot;
+            (*state).pid_tgid = pid_tgid;
             if (*state).generation != owner.generation {
                 (*state).generation = owner.generation;
                 (*state).pending.depth = 0;
