@@ -340,21 +340,29 @@ pub struct FuncCounters {
 /// User space inserts a zeroed value before enabling a process; the eBPF programs only
 /// update existing values, with atomic instructions (several threads of one process run
 /// the programs concurrently).
+///
+/// The programs keep no counter that others determine, because each is one more locked
+/// add on every call (about 3.5 ns on the Intel Xeon host, BENCHMARKS.md "The
+/// accounting against the uprobe floor"): the blocks handed out are
+/// [`alloc_calls`](Self::alloc_calls), the sum of `size_histogram` (every block is
+/// counted in one bucket); those live now are [`live_blocks`](Self::live_blocks), the
+/// blocks handed out less `free_calls`; the bytes released are
+/// [`bytes_freed`](Self::bytes_freed), `bytes_allocated` less `live_bytes`. Each is
+/// exactly what a counter of its own held (the same wrapping sums). A value read while
+/// the process runs is a copy of the fields one after another, never one instant, as it
+/// always was; the field a derivation subtracts comes first in memory (`free_calls`
+/// before the histogram, `live_bytes` before `bytes_allocated`), so a copy made in
+/// address order never shows more released than handed out.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PidStats {
-    /// Blocks handed out.
-    pub alloc_calls: u64,
     /// Blocks released (free of a known pointer, realloc's release of the old block).
     pub free_calls: u64,
+    /// Bytes of the live blocks: requested bytes of the blocks handed out less those of
+    /// the blocks released (wrapping).
+    pub live_bytes: u64,
     /// Requested bytes of the blocks handed out.
     pub bytes_allocated: u64,
-    /// Requested bytes of the blocks released.
-    pub bytes_freed: u64,
-    /// Blocks allocated and not yet released.
-    pub live_blocks: u64,
-    /// Bytes of the live blocks.
-    pub live_bytes: u64,
     /// Highest `live_bytes` seen.
     pub peak_live_bytes: u64,
     /// `bpf_ktime_get_ns()` when `live_bytes` last reached `peak_live_bytes` (the latest
@@ -385,10 +393,13 @@ pub struct PidStats {
     pub last_brk: u64,
     /// Per-function counters, indexed by [`func`].
     pub funcs: [FuncCounters; NUM_FUNCS],
-    /// Log2 histogram of the requested sizes of the blocks handed out.
+    /// Log2 histogram of the requested sizes of the blocks handed out: every block
+    /// handed out is counted in exactly one bucket (its sum is
+    /// [`alloc_calls`](Self::alloc_calls)).
     pub size_histogram: [u64; HISTOGRAM_BUCKETS],
     /// Times `live_bytes` reached `peak_live_bytes` (the peak epoch of the per-stack
-    /// at-peak counters, `stacks::KernelStackCounts`).
+    /// at-peak counters, `stacks::KernelStackCounts`); counted with stacks on only, the
+    /// one case it is read in (0 with stacks off).
     pub peak_epoch: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
     pub _reserved: [u64; 2],
@@ -397,12 +408,9 @@ pub struct PidStats {
 impl PidStats {
     /// All counters zero.
     pub const ZERO: PidStats = PidStats {
-        alloc_calls: 0,
         free_calls: 0,
-        bytes_allocated: 0,
-        bytes_freed: 0,
-        live_blocks: 0,
         live_bytes: 0,
+        bytes_allocated: 0,
         peak_live_bytes: 0,
         peak_time_ns: 0,
         failed_allocs: 0,
@@ -427,6 +435,33 @@ impl PidStats {
         peak_epoch: 0,
         _reserved: [0; 2],
     };
+}
+
+impl PidStats {
+    /// Blocks handed out: the sum of `size_histogram` (wrapping, as the counter the
+    /// programs kept before was).
+    pub const fn alloc_calls(&self) -> u64 {
+        let mut sum = 0u64;
+        let mut i = 0;
+        while i < HISTOGRAM_BUCKETS {
+            sum = sum.wrapping_add(self.size_histogram[i]);
+            i += 1;
+        }
+        sum
+    }
+
+    /// Blocks handed out and not released: `alloc_calls() - free_calls` (wrapping, as
+    /// the counter the programs kept before was).
+    pub const fn live_blocks(&self) -> u64 {
+        self.alloc_calls().wrapping_sub(self.free_calls)
+    }
+
+    /// Requested bytes of the blocks released: `bytes_allocated - live_bytes`
+    /// (wrapping). Every release subtracts its block's bytes from `live_bytes`, and
+    /// nothing else changes either field but an allocation, which adds its bytes to both.
+    pub const fn bytes_freed(&self) -> u64 {
+        self.bytes_allocated.wrapping_sub(self.live_bytes)
+    }
 }
 
 impl Default for PidStats {
@@ -559,6 +594,11 @@ pub struct ThreadState {
     /// Address of the block this thread released last whose `LIVE` entry it left as a
     /// tombstone ([`LiveBlock::RELEASED`]) to delete later; 0: none.
     pub released: u64,
+    /// The thread's `pid_tgid` (tgid in the high half), written by every program run
+    /// that finds the thread's process tracked: the accounting steps the programs call
+    /// as global functions read it here rather than ask the kernel again (a helper call
+    /// each, three per malloc+free pair).
+    pub pid_tgid: u64,
 }
 
 /// Bits of [`Pending::flags`].

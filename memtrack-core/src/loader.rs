@@ -942,7 +942,7 @@ impl Engine {
         let Ok(stats) = self.stats.get(&slot.index, 0) else {
             return true;
         };
-        counting || stats.live_blocks != 0 || stats.free_calls != 0 || stats.lost_events != 0
+        counting || stats.live_blocks() != 0 || stats.free_calls != 0 || stats.lost_events != 0
     }
 
     /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count
@@ -1027,7 +1027,7 @@ impl Engine {
             .values()
             .take(crate::live_growth::MAX_PROCESSES_SUMMED)
             .filter_map(|slot| self.stats.get(&slot.index, 0).ok())
-            .map(|s| s.live_blocks)
+            .map(|s| s.live_blocks())
             .sum()
     }
 

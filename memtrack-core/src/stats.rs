@@ -28,16 +28,19 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Blocks handed out (see the module docs for what counts as one).
+    /// Blocks handed out (see the module docs for what counts as one); from the kernel's
+    /// counters: the sum of their size histogram, where every block is counted once.
     pub alloc_calls: u64,
     /// Blocks released: `free` of a known non-NULL pointer, and `realloc`'s release of
     /// the old block. `free(NULL)` is not a release.
     pub free_calls: u64,
     /// Sum of the requested sizes of the blocks handed out, in bytes.
     pub bytes_allocated: u64,
-    /// Sum of the requested sizes of the blocks released, in bytes.
+    /// Sum of the requested sizes of the blocks released, in bytes (from the kernel's
+    /// counters: `bytes_allocated - live_bytes`, which is exactly that sum).
     pub bytes_freed: u64,
-    /// Blocks handed out and not released (at collection time), a count.
+    /// Blocks handed out and not released (at collection time), a count (from the
+    /// kernel's counters: `alloc_calls - free_calls`).
     pub live_blocks: u64,
     /// Bytes of those blocks.
     pub live_bytes: u64,
@@ -166,11 +169,11 @@ impl From<&PidStats> for Stats {
             })
             .collect();
         Stats {
-            alloc_calls: raw.alloc_calls,
+            alloc_calls: raw.alloc_calls(),
             free_calls: raw.free_calls,
             bytes_allocated: raw.bytes_allocated,
-            bytes_freed: raw.bytes_freed,
-            live_blocks: raw.live_blocks,
+            bytes_freed: raw.bytes_freed(),
+            live_blocks: raw.live_blocks(),
             live_bytes: raw.live_bytes,
             peak_live_bytes: raw.peak_live_bytes,
             peak_time_ns: raw.peak_time_ns,
@@ -266,12 +269,9 @@ mod tests {
         // Destructured without `..`: a field added to the kernel's counters fails to
         // compile here until this test gives it a value and checks it.
         let PidStats {
-            alloc_calls: _,
             free_calls: _,
-            bytes_allocated: _,
-            bytes_freed: _,
-            live_blocks: _,
             live_bytes: _,
+            bytes_allocated: _,
             peak_live_bytes: _,
             peak_time_ns: _,
             failed_allocs: _,
@@ -300,11 +300,8 @@ mod tests {
             shrinks: _,
         } = funcs[0];
         let mut raw = PidStats::ZERO;
-        raw.alloc_calls = 1;
         raw.free_calls = 2;
-        raw.bytes_allocated = 3;
-        raw.bytes_freed = 4;
-        raw.live_blocks = 5;
+        raw.bytes_allocated = 10;
         raw.live_bytes = 6;
         raw.peak_live_bytes = 7;
         raw.peak_time_ns = 8;
@@ -331,14 +328,18 @@ mod tests {
         for (i, blocks) in raw.size_histogram.iter_mut().enumerate() {
             *blocks = 1000 + i as u64;
         }
+        // The blocks handed out: the histogram's sum.
+        let alloc_calls: u64 = (0..HISTOGRAM_BUCKETS as u64).map(|i| 1000 + i).sum();
+        assert_eq!(alloc_calls, 67_080);
 
         let s = Stats::from(&raw);
         let mut want = Stats {
-            alloc_calls: 1,
+            alloc_calls,
             free_calls: 2,
-            bytes_allocated: 3,
+            bytes_allocated: 10,
+            // Derived: 10 - 6 and 67,080 - 2.
             bytes_freed: 4,
-            live_blocks: 5,
+            live_blocks: 67_078,
             live_bytes: 6,
             peak_live_bytes: 7,
             peak_time_ns: 8,
@@ -418,17 +419,152 @@ mod tests {
         );
     }
 
+    /// The kernel's counters after a sequence of events, updated as the programs update
+    /// them (memtrack-ebpf account.rs `count_alloc`, `record_release`), beside one
+    /// wrapping counter for every reported number, as the programs kept them before
+    /// some were derived.
+    struct Counted {
+        raw: PidStats,
+        alloc_calls: u64,
+        free_calls: u64,
+        bytes_allocated: u64,
+        bytes_freed: u64,
+        live_blocks: u64,
+        live_bytes: u64,
+    }
+
+    impl Counted {
+        fn new() -> Counted {
+            Counted {
+                raw: PidStats::ZERO,
+                alloc_calls: 0,
+                free_calls: 0,
+                bytes_allocated: 0,
+                bytes_freed: 0,
+                live_blocks: 0,
+                live_bytes: 0,
+            }
+        }
+
+        fn alloc(&mut self, size: u64) {
+            let raw = &mut self.raw;
+            // account.rs size_bucket: 0 for 0 bytes, else floor(log2(size)) + 1.
+            let bucket = (u64::BITS - size.leading_zeros()) as usize;
+            raw.size_histogram[bucket] = raw.size_histogram[bucket].wrapping_add(1);
+            raw.bytes_allocated = raw.bytes_allocated.wrapping_add(size);
+            raw.live_bytes = raw.live_bytes.wrapping_add(size);
+            self.alloc_calls = self.alloc_calls.wrapping_add(1);
+            self.bytes_allocated = self.bytes_allocated.wrapping_add(size);
+            self.live_blocks = self.live_blocks.wrapping_add(1);
+            self.live_bytes = self.live_bytes.wrapping_add(size);
+        }
+
+        fn release(&mut self, size: u64) {
+            let raw = &mut self.raw;
+            raw.free_calls = raw.free_calls.wrapping_add(1);
+            raw.live_bytes = raw.live_bytes.wrapping_sub(size);
+            self.free_calls = self.free_calls.wrapping_add(1);
+            self.bytes_freed = self.bytes_freed.wrapping_add(size);
+            self.live_blocks = self.live_blocks.wrapping_sub(1);
+            self.live_bytes = self.live_bytes.wrapping_sub(size);
+        }
+
+        /// Every reported number derived from the kernel's counters equals its own
+        /// counter.
+        fn check(&self, what: &str) {
+            let s = Stats::from(&self.raw);
+            assert_eq!(
+                (
+                    s.alloc_calls,
+                    s.free_calls,
+                    s.bytes_allocated,
+                    s.bytes_freed,
+                    s.live_blocks,
+                    s.live_bytes
+                ),
+                (
+                    self.alloc_calls,
+                    self.free_calls,
+                    self.bytes_allocated,
+                    self.bytes_freed,
+                    self.live_blocks,
+                    self.live_bytes
+                ),
+                "{what}"
+            );
+        }
+    }
+
+    /// The blocks handed out, the live blocks and the bytes released, which the kernel
+    /// does not count, come out of the counters it keeps exactly as counters of their
+    /// own would have: after
+    /// allocations, releases and resizes, with blocks of 0 bytes and of sizes near
+    /// 2^64 whose sums wrap, and with releases of blocks allocated before a reset of the
+    /// counters (a race the old counters also showed, wrapped below 0).
+    #[test]
+    fn derived_counts_equal_counters_of_their_own() {
+        let mut c = Counted::new();
+        c.check("nothing");
+        c.alloc(24);
+        c.alloc(0);
+        c.alloc(4096);
+        c.check("three blocks");
+        assert_eq!(Stats::from(&c.raw).live_blocks, 3);
+        c.release(0);
+        c.release(24);
+        // A realloc: the old block released, a new one handed out.
+        c.release(4096);
+        c.alloc(8192);
+        c.check("after releases and a resize");
+        assert_eq!(
+            (
+                Stats::from(&c.raw).live_blocks,
+                Stats::from(&c.raw).bytes_freed
+            ),
+            (1, 4120)
+        );
+        // Sums that wrap.
+        c.alloc(u64::MAX - 5);
+        c.alloc(u64::MAX);
+        c.release(u64::MAX - 5);
+        c.check("wrapped sums");
+        c.release(u64::MAX);
+        c.release(8192);
+        c.check("everything released");
+        assert_eq!(
+            (
+                Stats::from(&c.raw).live_blocks,
+                Stats::from(&c.raw).live_bytes
+            ),
+            (0, 0)
+        );
+        // Counters zeroed by a reset; a block allocated before it is released before
+        // its live-map entry is purged: more released than handed out since.
+        let mut c = Counted::new();
+        c.release(100);
+        c.check("a release without its allocation");
+        assert_eq!(Stats::from(&c.raw).live_blocks, u64::MAX);
+        assert_eq!(Stats::from(&c.raw).bytes_freed, 100);
+        c.alloc(100);
+        c.check("and one allocation");
+        for size in 0..1000 {
+            c.alloc(size * 7);
+            if size % 3 != 0 {
+                c.release(size * 7);
+            }
+        }
+        c.check("many");
+    }
+
     #[test]
     fn merge_adds_counts_and_keeps_the_higher_peak() {
         let mut a = PidStats::ZERO;
-        a.alloc_calls = 2;
         a.bytes_allocated = 200;
         a.peak_live_bytes = 150;
         a.peak_time_ns = 5;
         a.funcs[0].calls = 2;
         a.size_histogram[8] = 2;
         let mut b = PidStats::ZERO;
-        b.alloc_calls = 1;
         b.bytes_allocated = 50;
         b.peak_live_bytes = 50;
         b.peak_time_ns = 9;

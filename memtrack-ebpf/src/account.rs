@@ -115,6 +115,7 @@ impl Thread {
         unsafe {
             let (slot, owner) = slot_of(tgid_of(pid_tgid), (*state).slot)?;
             (*state).slot = slot;
+            (*state).pid_tgid = pid_tgid;
             if (*state).generation != owner.generation {
                 (*state).generation = owner.generation;
                 (*state).pending.depth = 0;
@@ -277,7 +278,9 @@ pub fn count_failure(stats: *mut PidStats, func: u32) {
     }
 }
 
-/// The histogram bucket of a size: 0 for 0, else floor(log2(size)) + 1.
+/// The histogram bucket of a size: 0 for 0, else floor(log2(size)) + 1, so at most 64:
+/// below `HISTOGRAM_BUCKETS` for every size (the bucket counts are the count of blocks
+/// handed out, `PidStats::alloc_calls`).
 #[inline(always)]
 fn size_bucket(size: u64) -> usize {
     if size == 0 {
@@ -721,14 +724,16 @@ pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> Liv
 }
 
 /// Counts a block of `size` requested bytes handed out by `func` (after [`new_block`]
-/// and [`make_live`]).
+/// and [`make_live`]), and raises the peak. The blocks handed out are counted in their
+/// size's histogram bucket alone, and the live blocks not at all: user space derives
+/// both (`PidStats::alloc_calls`, `PidStats::live_blocks`).
 #[inline(always)]
 pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
-        atomics::add(&raw mut (*stats).alloc_calls, 1);
+        // Before `live_bytes`: `bytes_freed` is the one less the other (PidStats), so a
+        // reader never sees this block released before it was handed out.
         atomics::add(&raw mut (*stats).bytes_allocated, size);
-        atomics::add(&raw mut (*stats).live_blocks, 1);
         if let Some(slot) = slot(func) {
             atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
         }
@@ -745,7 +750,11 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
                             &raw mut (*stats).peak_time_ns,
                             bpf_ktime_get_ns(),
                         );
-                        atomics::add(&raw mut (*stats).peak_epoch, 1);
+                        // Read only by the per-stack at-peak counters (unwind.rs
+                        // `snapshot`): with stacks off the verifier prunes the add.
+                        if crate::unwind::depth() != 0 {
+                            atomics::add(&raw mut (*stats).peak_epoch, 1);
+                        }
                     }
                     Some(false) => {}
                     None => atomics::add(&raw mut (*stats).lost_events, 1),
@@ -809,14 +818,13 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
 }
 
 /// A known block of `size` bytes was released; `credit` is the free-like function's
-/// counter slot to credit the bytes to (None for realloc's release).
+/// counter slot to credit the bytes to (None for realloc's release). The live blocks
+/// and the bytes released are not counted: user space derives them (`PidStats`).
 #[inline(always)]
 pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
     // SAFETY: stats points into a live map value; index checked.
     unsafe {
         atomics::add(&raw mut (*stats).free_calls, 1);
-        atomics::add(&raw mut (*stats).bytes_freed, size);
-        atomics::sub(&raw mut (*stats).live_blocks, 1);
         atomics::sub(&raw mut (*stats).live_bytes, size);
         if let Some(slot) = credit.and_then(slot) {
             atomics::add(&raw mut (*stats).funcs[slot].bytes, size);

@@ -14,18 +14,22 @@
 
 use memtrack_common::{LiveBlock, Pending, PidStats, ThreadState, pending_flags};
 
-use crate::account::{self, Thread, current};
+use crate::account::{self, Thread};
 
-/// The calling thread as its program saw it: the state and slot it looked up, counted
-/// (a global function is only called for a counted call).
+/// The calling thread as its program saw it: the state, slot and `pid_tgid` that
+/// `account::Thread::current` found and wrote there in this program run, counted (a
+/// global function is only called for a counted call).
 #[inline(always)]
 fn thread(state: *mut ThreadState) -> Thread {
-    Thread {
-        pid_tgid: current(),
-        state,
-        // SAFETY: the caller checked that state is not NULL; it is this thread's own.
-        slot: unsafe { (*state).slot },
-        counted: true,
+    // SAFETY (whole block): the caller checked that state is not NULL; it is this
+    // thread's own.
+    unsafe {
+        Thread {
+            pid_tgid: (*state).pid_tgid,
+            state,
+            slot: (*state).slot,
+            counted: true,
+        }
     }
 }
 
