@@ -429,8 +429,10 @@ fn overflow_in_use() -> bool {
 /// `LIVE`. The overflow maps only while they may hold entries.
 #[inline(always)]
 fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
-    if overflow_in_use()
-        && let Some(more) = more_map()
+    // The slot first: one array read the verifier inlines, where `overflow_in_use` is
+    // two; most lookups are made before any later map exists, or with none to come.
+    if let Some(more) = more_map()
+        && overflow_in_use()
     {
         if let Some(v) = more.get_ptr_mut(key) {
             return Some((v, Home::More));
