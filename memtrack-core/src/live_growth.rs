@@ -1,9 +1,10 @@
 //! The preallocated live-block entries a tracker of other processes reserves after load
-//! ([`LIVE_BLOCKS_AT_LOAD`] says why): a thread watches for the first block the tracked processes keep beyond `LIVE`, then
-//! makes the map of the other preallocated entries and puts it in `LIVE_MORE`, where the
-//! programs look for it (memtrack-ebpf's account.rs). Blocks that go live before that
-//! are kept in `LIVE_ON_DEMAND`, which has room for all of them until then: no call
-//! waits for the map, and none is lost for want of it.
+//! ([`LIVE_BLOCKS_AT_LOAD`] says why): a thread watches until the tracked processes keep
+//! [`GROW_AT_LIVE_BLOCKS`] blocks live (or spill past `LIVE`), then makes the map of the
+//! other preallocated entries and puts it in `LIVE_MORE`, where the programs look for it
+//! (memtrack-ebpf's account.rs). Blocks that go live beyond `LIVE` before that are kept
+//! in `LIVE_ON_DEMAND`, which has room for all of them: no call waits for the map, and
+//! none is lost for want of it.
 
 use std::{
     os::fd::{AsFd, OwnedFd},
@@ -22,10 +23,10 @@ use crate::bpf_object::{PlainMap, create_plain_map};
 /// [`attach_pid`](crate::TrackerBuilder::attach_pid)) reserves when it loads: 65,536
 /// blocks. The rest of its
 /// [`preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks) are
-/// reserved once its processes keep [`GROW_AT_LIVE_BLOCKS`] blocks live (this module), so that a
-/// short process pays for none of them: reserving the default 524,288 took 21 ms of the
-/// start-up here, on its critical path (BENCHMARKS.md). A tracker of the calling process
-/// reserves them all at load (it starts no threads).
+/// reserved once its processes keep [`GROW_AT_LIVE_BLOCKS`] blocks live (this module), so
+/// that a short process pays for none of them: reserving the default 524,288 took 17-21
+/// ms of the start-up here, on its critical path (BENCHMARKS.md). A tracker of the
+/// calling process reserves them all at load (it starts no threads).
 pub const LIVE_BLOCKS_AT_LOAD: u32 = 1 << 16;
 
 /// The live blocks of its processes at which a tracker of other processes reserves its
@@ -74,7 +75,8 @@ pub enum LaterLiveBlocks {
     /// tracker of the calling process, or no more preallocated blocks than
     /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD)).
     None,
-    /// Not reserved yet: the tracked processes never held more blocks live than the
+    /// Not reserved yet: the tracked processes never kept
+    /// [`GROW_AT_LIVE_BLOCKS`](crate::GROW_AT_LIVE_BLOCKS) blocks live, nor more than the
     /// entries reserved at load.
     Waiting {
         /// Entries that will be reserved, in blocks.

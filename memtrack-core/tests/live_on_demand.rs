@@ -238,6 +238,11 @@ fn the_preallocated_part_is_checked_and_clamped() {
     assert_eq!(default.on_demand, 524_288 * 96);
 }
 
+/// The preallocated entries a tracker of other processes reserves after load, by
+/// default.
+const LATER: u32 =
+    memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
+
 /// What tests/programs/hold_blocks.c says one of its children must count.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct ChildExpected {
@@ -347,10 +352,9 @@ fn blocks_in_every_live_map_count_exactly_across_processes() {
         );
     }
     assert_eq!(tracker.unattributed_lost_events(), 0);
-    let later = memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
     assert_eq!(
         tracker.later_live_blocks(),
-        memtrack::LaterLiveBlocks::Reserved { blocks: later }
+        memtrack::LaterLiveBlocks::Reserved { blocks: LATER }
     );
 }
 
@@ -367,10 +371,9 @@ fn a_small_program_reserves_no_more_entries() {
     let stats = stats_of(&processes, children[0].pid);
     assert_eq!(stats.alloc_calls, children[0].alloc_calls, "{stats:#?}");
     assert_eq!(stats.lost_events, 0, "{stats:#?}");
-    let later = memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
     assert_eq!(
         tracker.later_live_blocks(),
-        memtrack::LaterLiveBlocks::Waiting { blocks: later }
+        memtrack::LaterLiveBlocks::Waiting { blocks: LATER }
     );
 }
 

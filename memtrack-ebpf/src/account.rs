@@ -409,14 +409,17 @@ fn more_map() -> Option<&'static LiveMore> {
 /// verifier inlines; no map call).
 #[inline(always)]
 fn overflow_in_use() -> bool {
-    // SAFETY: reading globals; volatile keeps the compiler from folding the 0.
-    if unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) } == 0 {
-        return false;
-    }
-    let (Some(count), Some(purged)) = (
-        GLOBAL.get_ptr(global::LIVE_OVERFLOW_COUNT),
-        GLOBAL.get_ptr(global::LIVE_OVERFLOW_PURGED),
-    ) else {
+    // SAFETY: reading a global; volatile keeps the compiler from folding the 0.
+    let capacity = unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) };
+    capacity != 0 && holds_entries(global::LIVE_OVERFLOW_COUNT, global::LIVE_OVERFLOW_PURGED)
+}
+
+/// Whether the entries the programs counted in the GLOBAL slot `count`, less those user
+/// space deleted (counted in the slot `purged`), are not 0: two array reads the verifier
+/// inlines.
+#[inline(always)]
+fn holds_entries(count: u32, purged: u32) -> bool {
+    let (Some(count), Some(purged)) = (GLOBAL.get_ptr(count), GLOBAL.get_ptr(purged)) else {
         // Cannot happen (the slots are below the array's size); looking is always safe.
         return true;
     };
@@ -467,17 +470,7 @@ fn find_on_demand(key: &LiveKey) -> Option<*mut LiveBlock> {
 /// `memtrack_common::global::LIVE_ON_DEMAND_COUNT`).
 #[inline(always)]
 fn on_demand_in_use() -> bool {
-    if !has_on_demand() {
-        return false;
-    }
-    let (Some(count), Some(purged)) = (
-        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_COUNT),
-        GLOBAL.get_ptr(global::LIVE_ON_DEMAND_PURGED),
-    ) else {
-        // Cannot happen (the slots are below the array's size); looking is always safe.
-        return true;
-    };
-    atomics::load(count).wrapping_sub(atomics::load(purged)) != 0
+    has_on_demand() && holds_entries(global::LIVE_ON_DEMAND_COUNT, global::LIVE_ON_DEMAND_PURGED)
 }
 
 /// Inserts `value` at `key` into `LIVE` or, when it is full, into an overflow map;
