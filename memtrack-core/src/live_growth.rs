@@ -41,8 +41,8 @@ pub const GROW_AT_LIVE_BLOCKS: u32 = LIVE_BLOCKS_AT_LOAD / 4;
 /// What the thread asks of the tracker it works for (its shared state, which it must not
 /// keep alive).
 pub(crate) trait Host: Send + Sync {
-    /// The live blocks of the tracked processes now (an estimate: at most
-    /// [`MAX_PROCESSES_SUMMED`] processes are read).
+    /// The live blocks of the tracked processes now (of at most
+    /// [`MAX_PROCESSES_SUMMED`] of them, the next ones at each call).
     fn live_blocks_now(&self) -> u64;
     /// Runs `f` on the engine's [`LiveMore`].
     fn with_live_more(&self, f: &mut dyn FnMut(&mut LiveMore));
@@ -62,9 +62,12 @@ const POLL: Duration = Duration::from_millis(2);
 /// would put tens of thousands of blocks on demand meanwhile.
 const SUM_EVERY: u32 = 5;
 
-/// The processes whose live blocks one sum reads at most (the rest are not looked at:
-/// the spill check still sees them).
-pub(crate) const MAX_PROCESSES_SUMMED: usize = 256;
+/// The processes whose live blocks one sum reads at most: with more, each sum reads the
+/// next ones in turn (a process that keeps many blocks live is read within a few sums,
+/// and the spill check sees every process at every poll). A read copies a process's 2
+/// KB of counters: at most 3,200 reads a second, for as long as a run never gets to
+/// reserve the entries.
+pub(crate) const MAX_PROCESSES_SUMMED: usize = 32;
 
 /// What became of the preallocated live-block entries a tracker reserves after load
 /// ([`ProcessTracker::later_live_blocks`](crate::ProcessTracker::later_live_blocks)).
@@ -105,6 +108,9 @@ pub(crate) struct LiveMore {
     /// The map put in `LIVE_MORE` (for purging a process's entries), once made.
     pub(crate) map: Option<LiveMap>,
     status: LaterLiveBlocks,
+    /// Where the next sum of the processes' live blocks starts (the engine's
+    /// `live_blocks_now`).
+    pub(crate) sum_cursor: usize,
 }
 
 impl LiveMore {
@@ -124,11 +130,13 @@ impl LiveMore {
                 }),
                 map: None,
                 status: LaterLiveBlocks::Waiting { blocks },
+                sum_cursor: 0,
             },
             _ => LiveMore {
                 growth: None,
                 map: None,
                 status: LaterLiveBlocks::None,
+                sum_cursor: 0,
             },
         }
     }

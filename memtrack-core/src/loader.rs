@@ -1020,12 +1020,23 @@ impl Engine {
     }
 
     /// The live blocks of the tracked processes now, summed over at most
-    /// [`MAX_PROCESSES_SUMMED`](crate::live_growth::MAX_PROCESSES_SUMMED) of them.
-    pub(crate) fn live_blocks_now(&self) -> u64 {
+    /// [`MAX_PROCESSES_SUMMED`](crate::live_growth::MAX_PROCESSES_SUMMED) of them: the
+    /// next ones after those the last call read, so that every process is read in turn
+    /// when there are more (each read copies the process's 2 KB of counters).
+    pub(crate) fn live_blocks_now(&mut self) -> u64 {
+        let processes = self.slots.owned.len();
+        if processes == 0 {
+            return 0;
+        }
+        let read = processes.min(crate::live_growth::MAX_PROCESSES_SUMMED);
+        let start = self.live_more.sum_cursor % processes;
+        self.live_more.sum_cursor = start + read;
         self.slots
             .owned
             .values()
-            .take(crate::live_growth::MAX_PROCESSES_SUMMED)
+            .cycle()
+            .skip(start)
+            .take(read)
             .filter_map(|slot| self.stats.get(&slot.index, 0).ok())
             .map(|s| s.live_blocks())
             .sum()
