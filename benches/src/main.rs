@@ -174,7 +174,7 @@ fn run(cli: &Cli) -> BenchResult<Report> {
     };
     let mut operations = Vec::new();
     if cli.wants(Section::Pairs) {
-        eprintln!("1. malloc+free pairs: untracked, Cheapest, FunctionEntry");
+        eprintln!("1. malloc+free pairs: untracked, Cheapest, FunctionEntry, counting off");
         operations.extend(probe_cost::malloc_free(&mut session)?);
     }
     if cli.wants(Section::Functions) {

@@ -2,8 +2,11 @@
 //!
 //! Each workload runs untracked and as a command under a spawned tracker; the runs of
 //! the different setups alternate (untracked, Cheapest, FunctionEntry, untracked, ...)
-//! so drift of the machine (frequency, neighbours) affects them alike. Every tracked
-//! run's counters are checked against the baseline (see `Session::tracked`).
+//! so drift of the machine (frequency, neighbours) affects them alike. The malloc+free
+//! pair also runs with counting off in the same rounds as its Cheapest runs, one of each
+//! per round with the order alternating, so each round gives a ratio of two runs made
+//! side by side. Every tracked run's counters are checked against the baseline (see
+//! `Session::tracked`).
 
 use memtrack::ProbePlacement;
 
@@ -39,6 +42,24 @@ pub struct OpRow {
     pub function_entry: Option<PerOp>,
     /// Cheapest probes attached but counting off, when measured.
     pub counting_off: Option<PerOp>,
+    /// The Cheapest runs against the counting-off runs round by round, when measured.
+    pub floor_rounds: Option<FloorRounds>,
+}
+
+/// Cheapest counting against Cheapest with counting off, one run of each per round.
+#[derive(Clone, Debug, Default)]
+pub struct FloorRounds {
+    /// Per round, the counting run's ns per operation over the counting-off run's, by
+    /// wall clock and by CPU time, in the order measured.
+    pub ratio: PerOp,
+    /// Per round, whether the counting run went first.
+    pub counting_first: Vec<bool>,
+}
+
+/// Whether round `round` (from 0) runs counting before counting off: every other round,
+/// so neither setup always goes first.
+pub(crate) fn counting_first(round: usize) -> bool {
+    round.is_multiple_of(2)
 }
 
 /// An `alloc_loops MODE OPS` workload.
@@ -70,13 +91,17 @@ pub(crate) fn record(per_op: &mut PerOp, out: &Output, key: &str) -> BenchResult
 }
 
 /// Runs `workload` untracked, with Cheapest and (if `function_entry`) FunctionEntry,
-/// alternating, and returns one row per `(row name, output field)` of `fields`.
+/// alternating, and returns one row per `(row name, output field)` of `fields`. With
+/// `floor_rounds` > 0, the first `floor_rounds` rounds also run Cheapest with counting
+/// off, next to the round's Cheapest run (the order alternating, see
+/// [`counting_first`]); such a round always has a Cheapest run.
 fn measure(
     session: &mut Session,
     workload: &Workload,
     ops: u64,
     fields: &[(&str, &str)],
     function_entry: bool,
+    floor_rounds: usize,
 ) -> BenchResult<Vec<OpRow>> {
     let s = session.settings.clone();
     let fe_runs = if function_entry {
@@ -84,7 +109,9 @@ fn measure(
     } else {
         0
     };
-    let rounds = s.native_runs.max(s.tracked_runs).max(fe_runs);
+    let cheapest_runs = s.tracked_runs.max(floor_rounds);
+    let rounds = s.native_runs.max(cheapest_runs).max(fe_runs);
+    let paired = floor_rounds > 0;
     let mut rows: Vec<OpRow> = fields
         .iter()
         .map(|(name, _)| OpRow {
@@ -93,7 +120,8 @@ fn measure(
             untracked: PerOp::default(),
             cheapest: PerOp::default(),
             function_entry: function_entry.then(PerOp::default),
-            counting_off: None,
+            counting_off: paired.then(PerOp::default),
+            floor_rounds: paired.then(FloorRounds::default),
         })
         .collect();
     for round in 0..rounds {
@@ -104,7 +132,35 @@ fn measure(
                 record(&mut row.untracked, &out, key)?;
             }
         }
-        if round < s.tracked_runs {
+        if round < floor_rounds {
+            let first = counting_first(round);
+            eprintln!(
+                "    Cheapest, counting and counting off ({} first)",
+                if first { "counting" } else { "counting off" }
+            );
+            let (counting, off) = if first {
+                let counting = session.tracked(workload, ProbePlacement::Cheapest)?;
+                (counting, session.tracked_counting_off(workload)?)
+            } else {
+                let off = session.tracked_counting_off(workload)?;
+                (session.tracked(workload, ProbePlacement::Cheapest)?, off)
+            };
+            for (row, (_, key)) in rows.iter_mut().zip(fields) {
+                record(&mut row.cheapest, &counting, key)?;
+                if let Some(per_op) = &mut row.counting_off {
+                    record(per_op, &off, key)?;
+                }
+                if let Some(floor) = &mut row.floor_rounds {
+                    let cpu_key = format!("cpu_{key}");
+                    floor.ratio.wall.push(counting.get(key)? / off.get(key)?);
+                    floor
+                        .ratio
+                        .cpu
+                        .push(counting.get(&cpu_key)? / off.get(&cpu_key)?);
+                    floor.counting_first.push(first);
+                }
+            }
+        } else if round < cheapest_runs {
             let out = session.tracked(workload, ProbePlacement::Cheapest)?;
             for (row, (_, key)) in rows.iter_mut().zip(fields) {
                 record(&mut row.cheapest, &out, key)?;
@@ -122,32 +178,25 @@ fn measure(
     Ok(rows)
 }
 
-/// Benchmark 1: malloc+free pairs in all three setups, then (unless `split_ops` is 0)
-/// the same calls batched (1000 mallocs, then 1000 frees) to show what each function's
+/// Benchmark 1: malloc+free pairs in all three setups and with counting off (in
+/// `floor_rounds` rounds beside the Cheapest runs), then (unless `split_ops` is 0) the
+/// same calls batched (1000 mallocs, then 1000 frees) to show what each function's
 /// probes cost.
 pub fn malloc_free(session: &mut Session) -> BenchResult<Vec<OpRow>> {
     let n = session.settings.pairs;
     let pair = alloc_loop(session, "malloc+free", "malloc_free", n, pairs(n));
+    // The same probes with counting off, in the same rounds as the Cheapest runs: what
+    // the traps and the return probe cost without the BPF programs' accounting (e.g.
+    // outside `memtrack run` regions).
+    let floor_rounds = session.settings.floor_rounds;
     let mut rows = measure(
         session,
         &pair,
         n,
         &[("malloc+free pair", "ns_per_op")],
         true,
+        floor_rounds,
     )?;
-    // The same probes with counting off: what the traps and the return probe cost
-    // without the BPF programs' accounting (e.g. outside `memtrack run` regions).
-    let mut off = PerOp::default();
-    for run in 0..session.settings.tracked_runs {
-        eprintln!(
-            "  malloc+free, counting off: run {}/{}",
-            run + 1,
-            session.settings.tracked_runs
-        );
-        let out = session.tracked_counting_off(&pair)?;
-        record(&mut off, &out, "ns_per_op")?;
-    }
-    rows[0].counting_off = Some(off);
     let n = session.settings.split_ops;
     if n == 0 {
         return Ok(rows);
@@ -162,6 +211,7 @@ pub fn malloc_free(session: &mut Session) -> BenchResult<Vec<OpRow>> {
             ("free alone (batches of 1000)", "ns_per_free"),
         ],
         true,
+        0,
     )?);
     Ok(rows)
 }
@@ -206,6 +256,7 @@ pub fn functions(session: &mut Session) -> BenchResult<Vec<OpRow>> {
             n,
             &[(name, "ns_per_op")],
             false,
+            0,
         )?);
     }
     Ok(rows)
@@ -270,7 +321,7 @@ pub fn live_on_demand(session: &mut Session) -> BenchResult<Vec<OpRow>> {
         let mut by_setup: Vec<Vec<OpRow>> = Vec::new();
         for (round, (blocks, _)) in setups.iter().enumerate() {
             session.preallocated_live_blocks = *blocks;
-            let mut measured = measure(session, workload, *ops, fields, false);
+            let mut measured = measure(session, workload, *ops, fields, false, 0);
             session.preallocated_live_blocks = None;
             if round > 0 {
                 // One set of untracked runs is enough.
@@ -291,4 +342,15 @@ pub fn live_on_demand(session: &mut Session) -> BenchResult<Vec<OpRow>> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_rounds_alternate_which_run_goes_first() {
+        let order: Vec<bool> = (0..5).map(counting_first).collect();
+        assert_eq!(order, [true, false, true, false, true]);
+    }
 }

@@ -1,8 +1,10 @@
 //! Turns the measurements into the Markdown tables printed on stdout (and pasted into
 //! BENCHMARKS.md) and the `--json` document.
 //!
-//! All ratios are computed here, from the bests of runs of the same benchmark run, so a
-//! table never mixes figures from different runs or machines.
+//! All ratios of bests are computed here, from the bests of runs of the same benchmark
+//! run, so a table never mixes figures from different runs or machines. The per-round
+//! ratios of the pair against its counting-off floor are each of two runs of one round
+//! (probe_cost.rs); they are summarised here.
 
 use std::fmt::Write;
 
@@ -11,7 +13,7 @@ use memtrack::{ProbeInfo, ProbePlacement};
 use crate::{
     isolation::IsolationResult,
     lifecycle::LatencyRow,
-    probe_cost::{OpRow, PerOp},
+    probe_cost::{FloorRounds, OpRow, PerOp},
     render::{
         Align::{Left, Right},
         Json, fmt_duration, fmt_ns, fmt_ratio, markdown_table, obj, samples_json, text, thousands,
@@ -82,12 +84,54 @@ fn best_and_median(s: &Samples) -> String {
     format!("{} ({})", fmt_ns(s.min()), fmt_ns(s.median()))
 }
 
+/// "median (min-max)" of ratios: "1.10x (1.07x-1.12x)".
+fn ratio_median_and_range(s: &Samples) -> String {
+    if s.len() < 2 {
+        return fmt_ratio(s.median());
+    }
+    format!(
+        "{} ({}-{})",
+        fmt_ratio(s.median()),
+        fmt_ratio(s.min()),
+        fmt_ratio(s.max())
+    )
+}
+
+/// The counting-off table's row of the per-round ratios counting / counting off.
+fn floor_rounds_row(floor: &FloorRounds) -> Vec<String> {
+    vec![
+        "counting / counting off, median of the per-round ratios (min-max)".to_string(),
+        ratio_median_and_range(&floor.ratio.wall),
+        ratio_median_and_range(&floor.ratio.cpu),
+        floor.ratio.wall.len().to_string(),
+    ]
+}
+
 /// The placement's name as in the API.
 fn placement_name(p: ProbePlacement) -> &'static str {
     match p {
         ProbePlacement::Cheapest => "Cheapest",
         ProbePlacement::FunctionEntry => "FunctionEntry",
     }
+}
+
+/// The per-round ratios counting / counting off of a row, with each round's order.
+fn floor_rounds_json(floor: &FloorRounds) -> Json {
+    obj([
+        ("rounds", Json::from(floor.counting_first.len())),
+        (
+            "counting_first",
+            Json::Array(
+                floor
+                    .counting_first
+                    .iter()
+                    .map(|&f| Json::from(f))
+                    .collect(),
+            ),
+        ),
+        ("counting_over_off_wall", samples_json(&floor.ratio.wall)),
+        ("counting_over_off_cpu", samples_json(&floor.ratio.cpu)),
+    ])
 }
 
 /// One table of benchmark 5: an unrelated loop natively and beside trackers, with the
@@ -232,6 +276,9 @@ impl Report {
             String::new(),
             String::new(),
         ]);
+        if let Some(floor) = &row.floor_rounds {
+            rows.push(floor_rounds_row(floor));
+        }
         out.push_str(&markdown_table(
             &["setup", "wall", "CPU", "runs"],
             &[Left, Right, Right, Right],
@@ -575,6 +622,7 @@ impl Report {
             ("native_runs", Json::from(s.native_runs)),
             ("tracked_runs", Json::from(s.tracked_runs)),
             ("function_entry_runs", Json::from(s.function_entry_runs)),
+            ("floor_rounds", Json::from(s.floor_rounds)),
             ("lifecycle_iterations", Json::from(s.lifecycle_iterations)),
             ("isolation_runs", Json::from(s.isolation_runs)),
             ("close_spawned", Json::from(s.close_spawned)),
@@ -592,8 +640,10 @@ impl Report {
                 let ratios = |pick: Clock| {
                     let (u, c) = (pick(&row.untracked).min(), pick(&row.cheapest).min());
                     let fe = row.function_entry.as_ref().map(|p| pick(p).min());
+                    let off = row.counting_off.as_ref().map(|p| pick(p).min());
                     obj([
                         ("cheapest_over_untracked", Json::from(c / u)),
+                        ("cheapest_over_counting_off", Json::from(off.map(|o| c / o))),
                         (
                             "function_entry_over_untracked",
                             Json::from(fe.map(|f| f / u)),
@@ -616,6 +666,12 @@ impl Report {
                     (
                         "counting_off_ns",
                         row.counting_off.as_ref().map_or(Json::Null, per_op),
+                    ),
+                    (
+                        "counting_off_rounds",
+                        row.floor_rounds
+                            .as_ref()
+                            .map_or(Json::Null, floor_rounds_json),
                     ),
                     ("ratios_of_best_wall", ratios(|p| &p.wall)),
                     ("ratios_of_best_cpu", ratios(|p| &p.cpu)),
@@ -733,5 +789,43 @@ impl Report {
             ),
             ("all_counts_exact", Json::from(self.all_exact())),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(values: &[f64]) -> Samples {
+        values.iter().copied().collect()
+    }
+
+    #[test]
+    fn floor_rounds_row_gives_the_median_and_range_of_the_ratios() {
+        let floor = FloorRounds {
+            ratio: PerOp {
+                wall: samples(&[1.12, 1.07, 1.10]),
+                cpu: samples(&[1.09, 1.11, 1.08]),
+            },
+            counting_first: vec![true, false, true],
+        };
+        assert_eq!(
+            floor_rounds_row(&floor),
+            [
+                "counting / counting off, median of the per-round ratios (min-max)",
+                "1.10x (1.07x-1.12x)",
+                "1.09x (1.08x-1.11x)",
+                "3",
+            ]
+        );
+        let json = floor_rounds_json(&floor);
+        assert_eq!(json["rounds"], 3);
+        assert_eq!(
+            json["counting_first"],
+            serde_json::json!([true, false, true])
+        );
+        assert_eq!(json["counting_over_off_cpu"]["median"], 1.09);
+        // One round: no range.
+        assert_eq!(ratio_median_and_range(&samples(&[1.05])), "1.05x");
     }
 }

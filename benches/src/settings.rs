@@ -26,6 +26,11 @@ pub struct Settings {
     pub tracked_runs: usize,
     /// Tracked runs per workload with `ProbePlacement::FunctionEntry` (the slow one).
     pub function_entry_runs: usize,
+    /// Rounds of benchmark 1's malloc+free pair against the counting-off floor: each
+    /// round makes one Cheapest run counting and one with counting off, the order
+    /// alternating round by round. These are also that row's Cheapest runs (when more
+    /// than `tracked_runs`).
+    pub floor_rounds: usize,
     /// In-process trackers made and dropped for the latency benchmark.
     pub lifecycle_iterations: usize,
     /// Operations per run of each deep loop of benchmark 6 (stacks).
@@ -52,6 +57,7 @@ impl Settings {
             native_runs: 7,
             tracked_runs: 3,
             function_entry_runs: 3,
+            floor_rounds: 7,
             lifecycle_iterations: 20,
             stack_ops: 200_000,
             stack_thread_runs: 1,
@@ -74,6 +80,7 @@ impl Settings {
             native_runs: 5,
             tracked_runs: 1,
             function_entry_runs: 1,
+            floor_rounds: 1,
             lifecycle_iterations: 1,
             stack_ops: 5_000,
             stack_thread_runs: 1,
