@@ -306,6 +306,32 @@ fn run_hold_blocks(
     (tracker, children)
 }
 
+/// Asserts that `child` counted exactly what it says it must, and released everything:
+/// none live, unmatched or lost.
+fn assert_child_exact(processes: &[memtrack::TrackedProcess], child: &ChildExpected) {
+    let stats = stats_of(processes, child.pid);
+    let counted = ChildExpected {
+        pid: child.pid,
+        alloc_calls: stats.alloc_calls,
+        free_calls: stats.free_calls,
+        bytes_allocated: stats.bytes_allocated,
+        bytes_freed: stats.bytes_freed,
+        failed_allocs: stats.failed_allocs,
+        peak_live_bytes: stats.peak_live_bytes,
+    };
+    assert_eq!(&counted, child, "{stats:#?}");
+    assert_eq!(
+        (
+            stats.live_blocks,
+            stats.live_bytes,
+            stats.unmatched_frees,
+            stats.lost_events
+        ),
+        (0, 0, 0, 0),
+        "{stats:#?}"
+    );
+}
+
 /// The counters of `pid` among `processes`.
 fn stats_of(processes: &[memtrack::TrackedProcess], pid: u32) -> &Stats {
     &processes
@@ -329,27 +355,7 @@ fn blocks_in_every_live_map_count_exactly_across_processes() {
     let (tracker, children) = run_hold_blocks(Tracker::builder(), 180_000, 3);
     let processes = tracker.collect_processes().unwrap();
     for child in &children {
-        let stats = stats_of(&processes, child.pid);
-        let counted = ChildExpected {
-            pid: child.pid,
-            alloc_calls: stats.alloc_calls,
-            free_calls: stats.free_calls,
-            bytes_allocated: stats.bytes_allocated,
-            bytes_freed: stats.bytes_freed,
-            failed_allocs: stats.failed_allocs,
-            peak_live_bytes: stats.peak_live_bytes,
-        };
-        assert_eq!(&counted, child, "{stats:#?}");
-        assert_eq!(
-            (
-                stats.live_blocks,
-                stats.live_bytes,
-                stats.unmatched_frees,
-                stats.lost_events
-            ),
-            (0, 0, 0, 0),
-            "{stats:#?}"
-        );
+        assert_child_exact(&processes, child);
     }
     assert_eq!(tracker.unattributed_lost_events(), 0);
     assert_eq!(
@@ -367,10 +373,7 @@ fn a_small_program_reserves_no_more_entries() {
     }
     let blocks = memtrack::GROW_AT_LIVE_BLOCKS - 1_000;
     let (tracker, children) = run_hold_blocks(Tracker::builder(), blocks, 1);
-    let processes = tracker.collect_processes().unwrap();
-    let stats = stats_of(&processes, children[0].pid);
-    assert_eq!(stats.alloc_calls, children[0].alloc_calls, "{stats:#?}");
-    assert_eq!(stats.lost_events, 0, "{stats:#?}");
+    assert_child_exact(&tracker.collect_processes().unwrap(), &children[0]);
     assert_eq!(
         tracker.later_live_blocks(),
         memtrack::LaterLiveBlocks::Waiting { blocks: LATER }
