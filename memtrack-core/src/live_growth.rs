@@ -200,12 +200,14 @@ impl LiveGrowth {
     /// spill past `LIVE` (or the tracker is gone), then reserves the entries.
     fn run(mut self, host: Weak<dyn Host>) {
         let threshold = u64::from(GROW_AT_LIVE_BLOCKS);
-        for poll in 1u32.. {
+        // Counted in a cycle: a count that only grows would run out after 99 days of
+        // polls, and the loop end with it.
+        for poll in (1..=SUM_EVERY).cycle() {
             std::thread::sleep(POLL);
             if self.spilled() {
                 break;
             }
-            if poll % SUM_EVERY == 0 {
+            if poll == SUM_EVERY {
                 let Some(host) = host.upgrade() else {
                     return;
                 };
