@@ -448,9 +448,9 @@ fn find_live(key: &LiveKey) -> Option<(*mut LiveBlock, Home)> {
     if let Some(v) = LIVE.get_ptr_mut(key) {
         return Some((v, Home::Live));
     }
-    if overflow_in_use()
-        && let Some(v) = find_on_demand(key)
-    {
+    // No later map: the overflow entries are all `LIVE_ON_DEMAND`'s, and its own count
+    // says whether it holds any (`overflow_in_use` would read two more slots to say less).
+    if let Some(v) = find_on_demand(key) {
         return Some((v, Home::OnDemand));
     }
     None
