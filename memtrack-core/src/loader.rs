@@ -101,7 +101,7 @@ fn live_map_bytes_of(split: LiveSplit) -> LiveMapBytes {
     LiveMapBytes {
         at_load: u64::from(split.at_load) * entry
             + buckets(split.at_load)
-            + buckets(split.on_demand_entries),
+            + buckets(split.on_demand_entries()),
         later,
         on_demand: u64::from(split.beyond_preallocated()) * ON_DEMAND_ENTRY,
     }
@@ -161,10 +161,6 @@ struct LiveSplit {
     /// The capacity beyond `LIVE`'s, which the overflow maps (the map in `LIVE_MORE`
     /// and `LIVE_ON_DEMAND`) share (the programs' `LIVE_OVERFLOW_CAPACITY`).
     overflow: u32,
-    /// `LIVE_ON_DEMAND`'s `max_entries`: the overflow capacity (all of which it holds
-    /// until the map in `LIVE_MORE` is made), or 1 when there is none (the kernel makes
-    /// no empty map; the programs then never use it).
-    on_demand_entries: u32,
 }
 
 impl LiveSplit {
@@ -182,8 +178,14 @@ impl LiveSplit {
             at_load,
             later: preallocated - at_load,
             overflow,
-            on_demand_entries: overflow.max(1),
         }
+    }
+
+    /// `LIVE_ON_DEMAND`'s `max_entries`: the overflow capacity (all of which it holds
+    /// until the map in `LIVE_MORE` is made), or 1 when there is none (the kernel makes
+    /// no empty map; the programs then never use it).
+    fn on_demand_entries(&self) -> u32 {
+        self.overflow.max(1)
     }
 
     /// Entries preallocated, at load and later.
@@ -517,7 +519,7 @@ impl Engine {
         ];
         let mut max_entries = vec![
             (map_names::LIVE, split.at_load),
-            (map_names::LIVE_ON_DEMAND, split.on_demand_entries),
+            (map_names::LIVE_ON_DEMAND, split.on_demand_entries()),
         ];
         if stacks.is_some() {
             globals.push((memtrack_common::stacks::DEPTH_GLOBAL, &depth));
@@ -1437,7 +1439,7 @@ mod tests {
                 here.at_load,
                 here.later,
                 here.overflow,
-                here.on_demand_entries
+                here.on_demand_entries()
             ),
             (1 << 19, 0, 1 << 19, 1 << 19)
         );
@@ -1446,7 +1448,7 @@ mod tests {
             (other.at_load, other.later, other.overflow),
             (at_load, (1 << 19) - at_load, (1 << 20) - at_load)
         );
-        assert_eq!(other.on_demand_entries, other.overflow);
+        assert_eq!(other.on_demand_entries(), other.overflow);
         assert_eq!(other.preallocated(), 1 << 19);
         assert_eq!(other.beyond_preallocated(), 1 << 19);
         // Fewer preallocated than reserved at load: nothing later.
@@ -1460,7 +1462,7 @@ mod tests {
         assert_eq!(all.beyond_preallocated(), 0);
         // No capacity beyond LIVE: the on-demand map keeps its one entry, unused.
         let none = LiveSplit::new(1000, 1000, false);
-        assert_eq!((none.overflow, none.on_demand_entries), (0, 1));
+        assert_eq!((none.overflow, none.on_demand_entries()), (0, 1));
         // Clamped: 0 preallocated is 1, more than the capacity is all of it.
         assert_eq!(LiveSplit::new(10, 0, true).at_load, 1);
         assert_eq!(LiveSplit::new(10, 50, false).at_load, 10);
