@@ -29,3 +29,14 @@ where
     })?;
     T::try_from(map.map_err(map_err(name))?).map_err(map_err(name))
 }
+
+/// A map of type `T` from a descriptor of it (a second handle of a map the object keeps,
+/// or one made outside the object).
+pub(crate) fn map_from_fd<T>(fd: std::os::fd::OwnedFd) -> Result<T, aya::maps::MapError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    T::try_from(aya::maps::Map::from_map_data(aya::maps::MapData::from_fd(
+        fd,
+    )?)?)
+}

@@ -6,17 +6,16 @@
 //! in `LIVE_ON_DEMAND`, which has room for all of them: no call waits for the map, and
 //! none is lost for want of it.
 
-use std::{
-    os::fd::{AsFd, OwnedFd},
-    sync::Weak,
-    time::Duration,
-};
+use std::{os::fd::AsFd, sync::Weak, time::Duration};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData};
 use aya_obj::generated::bpf_map_type;
 use memtrack_common::{LiveBlock, LiveKey, global, map_names};
 
-use crate::bpf_object::{PlainMap, create_plain_map};
+use crate::{
+    bpf_object::{PlainMap, create_plain_map},
+    ebpf_map::map_from_fd,
+};
 
 /// The preallocated live-block entries a tracker of other processes
 /// ([`TrackerBuilder::spawn`](crate::TrackerBuilder::spawn),
@@ -121,23 +120,23 @@ impl LiveMore {
         global: Option<Array<MapData, u64>>,
         blocks: u32,
     ) -> LiveMore {
-        match global {
-            Some(global) if blocks > 0 => LiveMore {
-                growth: Some(LiveGrowth {
-                    slot,
-                    global,
-                    blocks,
-                }),
-                map: None,
-                status: LaterLiveBlocks::Waiting { blocks },
-                sum_cursor: 0,
-            },
-            _ => LiveMore {
-                growth: None,
-                map: None,
-                status: LaterLiveBlocks::None,
-                sum_cursor: 0,
-            },
+        let growth = match global {
+            Some(global) if blocks > 0 => Some(LiveGrowth {
+                slot,
+                global,
+                blocks,
+            }),
+            _ => None,
+        };
+        let status = match growth {
+            Some(_) => LaterLiveBlocks::Waiting { blocks },
+            None => LaterLiveBlocks::None,
+        };
+        LiveMore {
+            growth,
+            map: None,
+            status,
+            sum_cursor: 0,
         }
     }
 
@@ -193,6 +192,7 @@ impl LiveGrowth {
             inner_map: None,
         })?;
         let second = fd.as_fd().try_clone_to_owned()?;
+        let live_map = |fd| map_from_fd::<LiveMap>(fd).map_err(std::io::Error::other);
         Ok((live_map(fd)?, live_map(second)?))
     }
 
@@ -246,13 +246,6 @@ impl LiveGrowth {
             });
         }
     }
-}
-
-/// A live-block map from a descriptor of one.
-fn live_map(fd: OwnedFd) -> std::io::Result<LiveMap> {
-    let data = MapData::from_fd(fd).map_err(std::io::Error::other)?;
-    let map = aya::maps::Map::from_map_data(data).map_err(std::io::Error::other)?;
-    LiveMap::try_from(map).map_err(std::io::Error::other)
 }
 
 /// Starts the thread that reserves `growth` for the tracker of `host`.

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     bpf_object::{self, LoadError, Object},
     detach::Detachable,
-    ebpf_map::{map_err, take_map},
+    ebpf_map::{map_err, map_from_fd, take_map},
     error::{Error, Result},
     live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks, LiveMore},
 };
@@ -40,9 +40,7 @@ where
     let fd = fd
         .try_clone_to_owned()
         .map_err(|e| map_err(name)(aya::maps::MapError::IoError(e)))?;
-    let data = MapData::from_fd(fd).map_err(map_err(name))?;
-    let map = aya::maps::Map::from_map_data(data).map_err(map_err(name))?;
-    T::try_from(map).map(Some).map_err(map_err(name))
+    map_from_fd(fd).map(Some).map_err(map_err(name))
 }
 
 /// The compiled eBPF object, shipped in the crate (scripts/build-ebpf.sh builds it from the
