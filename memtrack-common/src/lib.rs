@@ -150,6 +150,10 @@ pub mod map_names {
     /// maps' capacity (entries allocated as blocks go live). An address is in at most
     /// one of the three.
     pub const LIVE_ON_DEMAND: &str = "LIVE_ON_DEMAND";
+    /// Array, [`live_slot::index`](super::live_slot::index) -> [`LiveSlot`](super::LiveSlot):
+    /// the direct-mapped slots in front of the live-block maps (`BPF_F_MMAPABLE`: user
+    /// space purges them through a mapping).
+    pub const LIVE_SLOTS: &str = "LIVE_SLOTS";
     /// Task storage, thread -> [`ThreadState`](super::ThreadState) (the eBPF side's own).
     pub const THREADS: &str = "THREADS";
     /// [`global`](super::global) slot -> count.
@@ -470,6 +474,80 @@ impl Default for PidStats {
     }
 }
 
+/// One entry of the `LIVE_SLOTS` array: a live block of one process held outside the
+/// live-block hash maps, or an empty or released slot (see [`live_slot`]). 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSlot {
+    /// [`live_slot::EMPTY`], [`live_slot::BUSY`], [`live_slot::FREE`], or the
+    /// [`live_slot::tag`] of the block it holds. Changed only by compare-and-swap, but
+    /// for the store that publishes a block after its fields.
+    pub tag: u64,
+    /// Process id (tgid) of the block's process.
+    pub tgid: u32,
+    /// The process slot's [`ProcessSlot::generation`] when the block was recorded: a
+    /// block of an earlier generation (before a reset) is not the process's any more.
+    pub generation: u32,
+    /// Requested size in bytes.
+    pub size: u64,
+    /// The stack id of the allocation (as [`LiveBlock::stack`]).
+    pub stack: u32,
+    /// Always zero.
+    pub _pad: u32,
+}
+
+/// The direct-mapped slots of live blocks (`LIVE_SLOTS`), both sides' rules.
+///
+/// A block goes into the slot of its (tgid, address) when that slot is free, else into
+/// the live-block hash maps; a release looks at the slot first. A slot's `tag` says
+/// what it holds: a block's [`tag`], or one of the states below. Every slot that holds a
+/// block or is [`FREE`] holds one unit of the live-block capacity beyond `LIVE`'s,
+/// counted in `global::LIVE_BEYOND_COUNT` (with the overflow maps' entries): the slots
+/// and the maps together hold exactly the configured capacity.
+pub mod live_slot {
+    /// Slots in `LIVE_SLOTS` (a power of two: [`index`] masks): 2 MiB of entries.
+    pub const LEN: u32 = 1 << 16;
+    /// `tag` of a slot that holds nothing and no unit of capacity.
+    pub const EMPTY: u64 = 0;
+    /// `tag` of a slot being written by the thread that claimed it (a block's fields
+    /// are not read while it is busy).
+    pub const BUSY: u64 = 1;
+    /// `tag` of a slot whose block was released: it still holds its unit of capacity,
+    /// so the next block of the slot (glibc's per-thread cache hands the same address
+    /// out again) takes it without touching the shared count. The releasing thread
+    /// empties it at its next call about another slot (`ThreadState::released`), or
+    /// user space does when it purges.
+    pub const FREE: u64 = 2;
+    /// Bit of `ThreadState::released` saying that it holds a slot index (the thread's
+    /// [`FREE`] slot), not the address of a hash-map tombstone.
+    pub const RELEASED_SLOT: u64 = 1 << 63;
+    /// Addresses at or above this never go into a slot (their tag would not fit).
+    pub const ADDR_LIMIT: u64 = 1 << 48;
+
+    /// The tag of the block at `addr` of a process whose slot generation is
+    /// `generation`: the address, with the generation's low 16 bits above it, so that a
+    /// compare-and-swap of a tag made before a reset never matches a block recorded
+    /// after it at the same address. `None` for an address that cannot be tagged: 0, not
+    /// a multiple of 4 (a tag must differ from the states), or at or above
+    /// [`ADDR_LIMIT`]; such a block goes into the hash maps.
+    #[inline(always)]
+    pub const fn tag(addr: u64, generation: u32) -> Option<u64> {
+        if addr == 0 || addr & 3 != 0 || addr >= ADDR_LIMIT {
+            return None;
+        }
+        Some(addr | ((generation as u64) & 0xffff) << 48)
+    }
+
+    /// The slot of the block at `addr` of process `tgid`: the top bits of a
+    /// multiplicative hash of both (allocations are 16-byte aligned, so the low bits of
+    /// an address say little), below [`LEN`].
+    #[inline(always)]
+    pub const fn index(tgid: u32, addr: u64) -> u32 {
+        let mixed = addr ^ (tgid as u64).rotate_right(16);
+        (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - LEN.trailing_zeros())) as u32
+    }
+}
+
 /// Key of the `LIVE` and `LIVE_ON_DEMAND` maps: one live block of one process.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -592,7 +670,9 @@ pub struct ThreadState {
     /// The last release.
     pub mark: ReleaseMark,
     /// Address of the block this thread released last whose `LIVE` entry it left as a
-    /// tombstone ([`LiveBlock::RELEASED`]) to delete later; 0: none.
+    /// tombstone ([`LiveBlock::RELEASED`]) to delete later, or
+    /// [`live_slot::RELEASED_SLOT`] | the index of the slot it left [`live_slot::FREE`]
+    /// to empty later; 0: none.
     pub released: u64,
     /// The thread's `pid_tgid` (tgid in the high half), written by every program run
     /// that finds the thread's process tracked: the accounting steps the programs call
@@ -621,11 +701,9 @@ pub mod global {
     /// Allocations whose per-stack counters could not be stored (`STACK_COUNTS` full).
     pub const STACK_COUNTS_FULL: u32 = 3;
     /// Entries the programs inserted into the overflow maps (the map in `LIVE_MORE`
-    /// and `LIVE_ON_DEMAND`) less those they deleted, counted before an insert (a
-    /// compare-and-swap that refuses to go beyond the overflow capacity,
-    /// [`LIVE_OVERFLOW_CAPACITY_GLOBAL`](super::LIVE_OVERFLOW_CAPACITY_GLOBAL)) and
-    /// after a deletion, so never below what the maps hold (with
-    /// [`LIVE_OVERFLOW_PURGED`]): not a loss.
+    /// and `LIVE_ON_DEMAND`) less those they deleted, counted before an insert (after
+    /// its unit of capacity was taken in [`LIVE_BEYOND_COUNT`]) and after a deletion,
+    /// so never below what the maps hold (with [`LIVE_OVERFLOW_PURGED`]): not a loss.
     pub const LIVE_OVERFLOW_COUNT: u32 = 4;
     /// Entries user space deleted from the overflow maps (a process forgotten or
     /// reset), written by user space only, after deleting them. The programs look into
@@ -640,8 +718,19 @@ pub mod global {
     /// Entries user space deleted from `LIVE_ON_DEMAND` (also in
     /// [`LIVE_OVERFLOW_PURGED`]), written by user space only, after deleting them.
     pub const LIVE_ON_DEMAND_PURGED: u32 = 7;
+    /// Units of the live-block capacity beyond `LIVE`'s that the programs took, less
+    /// those they gave back: one per entry of the overflow maps (also in
+    /// [`LIVE_OVERFLOW_COUNT`]) and one per `LIVE_SLOTS` slot holding a block or
+    /// released (`live_slot::FREE`). Raised by a compare-and-swap that refuses to go
+    /// beyond the capacity ([`LIVE_OVERFLOW_CAPACITY_GLOBAL`](super::LIVE_OVERFLOW_CAPACITY_GLOBAL))
+    /// less [`LIVE_BEYOND_PURGED`]: the slots and the three maps together hold exactly
+    /// the configured capacity.
+    pub const LIVE_BEYOND_COUNT: u32 = 8;
+    /// Units user space gave back (overflow entries it deleted and slots it emptied),
+    /// written by user space only, after the deletions.
+    pub const LIVE_BEYOND_PURGED: u32 = 9;
     /// Number of slots in the `GLOBAL` map.
-    pub const LEN: u32 = 8;
+    pub const LEN: u32 = 10;
 }
 
 /// Default capacity for live blocks across all tracked processes (`LIVE`, the map in
@@ -660,8 +749,9 @@ pub const LIVE_ON_DEMAND_GLOBAL: &str = "HAS_LIVE_ON_DEMAND";
 /// never will (the programs never look there).
 pub const LIVE_MORE_GLOBAL: &str = "HAS_LIVE_MORE";
 /// Name of the eBPF object's read-only global (`u64`): how many live blocks the overflow
-/// maps (the map in `LIVE_MORE` and `LIVE_ON_DEMAND`) may hold together, the capacity
-/// beyond `LIVE`'s. With it the three maps hold exactly the configured capacity.
+/// maps (the map in `LIVE_MORE` and `LIVE_ON_DEMAND`) and the `LIVE_SLOTS` slots may
+/// hold together, the capacity beyond `LIVE`'s. With it the three maps and the slots
+/// hold exactly the configured capacity; with 0 no slot is used.
 pub const LIVE_OVERFLOW_CAPACITY_GLOBAL: &str = "LIVE_OVERFLOW_CAPACITY";
 /// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;

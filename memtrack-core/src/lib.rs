@@ -48,6 +48,7 @@ mod hold;
 mod kernel_stacks;
 mod ld_hook;
 mod live_growth;
+mod live_slots;
 mod loader;
 mod memory_cgroup;
 mod output_dir;

@@ -27,6 +27,7 @@ use crate::{
     ebpf_map::{map_err, map_from_fd, take_map},
     error::{Error, Result},
     live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks, LiveMore},
+    live_slots::LiveSlots,
 };
 
 /// A second handle of map `name` of `object` (which keeps the first), as a `T`.
@@ -386,6 +387,11 @@ pub(crate) struct Engine {
     /// Those of them from `live_on_demand`, as last written to
     /// `global::LIVE_ON_DEMAND_PURGED`.
     on_demand_purged: u64,
+    /// The live slots in front of the live maps (memtrack-ebpf's live_slots.rs).
+    live_slots: LiveSlots,
+    /// Units of the capacity beyond `LIVE`'s this side gave back (overflow entries it
+    /// deleted, slots it emptied), as last written to `global::LIVE_BEYOND_PURGED`.
+    beyond_purged: u64,
     global: Array<MapData, u64>,
     /// Which slot of `tracked`/`stats` each process owns.
     slots: Slots,
@@ -588,6 +594,13 @@ impl Engine {
             split.later,
         );
         let live_on_demand = take_map(&mut object, map_names::LIVE_ON_DEMAND)?;
+        let live_slots = object
+            .map_fd(map_names::LIVE_SLOTS)
+            .ok_or(aya::maps::MapError::InvalidName {
+                name: map_names::LIVE_SLOTS.to_string(),
+            })
+            .and_then(|fd| LiveSlots::map(fd).map_err(aya::maps::MapError::IoError))
+            .map_err(map_err(map_names::LIVE_SLOTS))?;
         let global = take_map(&mut object, map_names::GLOBAL)?;
         let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
         let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
@@ -609,6 +622,8 @@ impl Engine {
             live_on_demand,
             overflow_purged: 0,
             on_demand_purged: 0,
+            live_slots,
+            beyond_purged: 0,
             global,
             slots: Slots::new(),
             ld_hook_stops,
@@ -921,7 +936,7 @@ impl Engine {
         }
         let _ = self.ld_hook_misses.remove(&pid);
         if may_have_blocks {
-            self.purge_live(pid);
+            self.purge_live(pid, None);
         }
     }
 
@@ -962,7 +977,9 @@ impl Engine {
                 .map_err(map_err(map_names::LD_HOOK_MISSES))?;
         }
         if may_have_blocks {
-            self.purge_live(pid);
+            // The blocks recorded since the new generation are kept in the slots (the
+            // maps cannot tell them apart, and lose them: as before).
+            self.purge_live(pid, Some(slot.value.generation));
         }
         if let Some(stacks) = &mut self.stacks {
             stacks.reset(pid);
@@ -971,8 +988,9 @@ impl Engine {
     }
 
     /// Deletes every live-block entry of `pid`, from every map (the overflow maps only
-    /// while they may hold entries).
-    fn purge_live(&mut self, pid: u32) {
+    /// while they may hold entries), and empties its live slots but those of generation
+    /// `keep` (see [`LiveSlots::purge`]).
+    fn purge_live(&mut self, pid: u32, keep: Option<u32>) {
         fn of_pid(map: &HashMap<MapData, LiveKey, LiveBlock>, pid: u32) -> Vec<LiveKey> {
             map.keys()
                 .filter_map(|k| k.ok())
@@ -989,7 +1007,9 @@ impl Engine {
             deleted
         }
         purge(&mut self.live, pid);
+        let slots = self.live_slots.purge(pid, keep);
         if !self.overflow_in_use() {
+            self.give_back(slots);
             return;
         }
         let on_demand = purge(&mut self.live_on_demand, pid);
@@ -1011,6 +1031,19 @@ impl Engine {
             let _ = self
                 .global
                 .set(global::LIVE_OVERFLOW_PURGED, self.overflow_purged, 0);
+        }
+        self.give_back(slots + on_demand + more);
+    }
+
+    /// Gives `units` of the capacity beyond `LIVE`'s back to the programs (after the
+    /// deletions that freed them: their count less these is never below what the slots
+    /// and overflow maps hold).
+    fn give_back(&mut self, units: u64) {
+        if units != 0 {
+            self.beyond_purged += units;
+            let _ = self
+                .global
+                .set(global::LIVE_BEYOND_PURGED, self.beyond_purged, 0);
         }
     }
 
@@ -1372,7 +1405,7 @@ mod tests {
 
     use aya_obj::{
         ProgramSection,
-        generated::{BPF_F_NO_PREALLOC, bpf_map_type},
+        generated::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, bpf_map_type},
     };
     use memtrack_common::{
         LiveBlock, LiveKey, PidStats, ProcessSlot, ThreadState, map_names, program_names,
@@ -1592,7 +1625,7 @@ mod tests {
         let prog_array = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
         let task_storage = bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as u32;
         let array_of_maps = bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS as u32;
-        let expected: [(&str, u32, usize, usize); 11] = [
+        let expected: [(&str, u32, usize, usize); 12] = [
             (
                 map_names::TRACKED,
                 array,
@@ -1624,6 +1657,12 @@ mod tests {
                 hash,
                 size_of::<LiveKey>(),
                 size_of::<LiveBlock>(),
+            ),
+            (
+                map_names::LIVE_SLOTS,
+                array,
+                size_of::<u32>(),
+                size_of::<memtrack_common::LiveSlot>(),
             ),
             (
                 map_names::THREADS,
@@ -1671,6 +1710,12 @@ mod tests {
         let no_prealloc = |name: &str| object.maps[name].map_flags() & BPF_F_NO_PREALLOC != 0;
         assert!(!no_prealloc(map_names::LIVE));
         assert!(no_prealloc(map_names::LIVE_ON_DEMAND));
+        // The live slots are scanned through a mapping (live_slots.rs).
+        assert_ne!(
+            object.maps[map_names::LIVE_SLOTS].map_flags() & BPF_F_MMAPABLE,
+            0,
+            "LIVE_SLOTS is mappable"
+        );
         let inner = object.maps[map_names::LIVE_MORE]
             .inner()
             .expect("LIVE_MORE defines its inner map");

@@ -8,12 +8,13 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use memtrack_common::{
     HISTOGRAM_BUCKETS, LiveBlock, LiveKey, NUM_FUNCS, Pending, PidStats, ProcessSlot, ReleaseMark,
-    ThreadState, TrackState, global, pending_flags,
+    ThreadState, TrackState, global, live_slot, pending_flags,
 };
 
 use crate::{
     atomics,
     global_count::global_bump,
+    live_slots::{self, Taken},
     maps::{GLOBAL, LIVE, LIVE_MORE, LIVE_ON_DEMAND, LiveMore, SLOTS, STATS, THREADS, TRACKED},
 };
 
@@ -38,10 +39,17 @@ static HAS_LIVE_ON_DEMAND: u32 = 0;
 static HAS_LIVE_MORE: u32 = 0;
 
 /// How many live blocks the overflow maps (the map in `LIVE_MORE` and `LIVE_ON_DEMAND`)
-/// may hold together: the capacity beyond `LIVE`'s
+/// and the live slots (live_slots.rs) may hold together: the capacity beyond `LIVE`'s
 /// (`memtrack_common::LIVE_OVERFLOW_CAPACITY_GLOBAL`).
 #[unsafe(no_mangle)]
 static LIVE_OVERFLOW_CAPACITY: u64 = 0;
+
+/// [`LIVE_OVERFLOW_CAPACITY`]: 0 when every live block must be in `LIVE`.
+#[inline(always)]
+pub fn beyond_capacity() -> u64 {
+    // SAFETY: reading a global; volatile keeps the compiler from folding the 0.
+    unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) }
+}
 
 /// The calling thread's `pid_tgid` (tgid in the high half, thread id in the low half).
 #[inline(always)]
@@ -409,9 +417,8 @@ fn more_map() -> Option<&'static LiveMore> {
 /// verifier inlines; no map call).
 #[inline(always)]
 fn overflow_in_use() -> bool {
-    // SAFETY: reading a global; volatile keeps the compiler from folding the 0.
-    let capacity = unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) };
-    capacity != 0 && holds_entries(global::LIVE_OVERFLOW_COUNT, global::LIVE_OVERFLOW_PURGED)
+    beyond_capacity() != 0
+        && holds_entries(global::LIVE_OVERFLOW_COUNT, global::LIVE_OVERFLOW_PURGED)
 }
 
 /// Whether the entries the programs counted in the GLOBAL slot `count`, less those user
@@ -496,7 +503,8 @@ fn insert_live(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
 
 /// Inserts `value` at `key` into an overflow map (`LIVE` is full): the map in
 /// `LIVE_MORE` while it has room, else `LIVE_ON_DEMAND`; counted first, within the
-/// overflow capacity (`-E2BIG` beyond it, as from a full map). A BPF global function
+/// capacity beyond `LIVE`'s, which the live slots share (`-E2BIG` beyond it, as from a
+/// full map). A BPF global function
 /// (verified once, see verified_once.rs): inlined, its compare-and-swap loop was walked
 /// again in every try of [`put_live`], which doubled the return program's verification.
 /// Returns 0, or the failed insert's negative error.
@@ -517,24 +525,16 @@ pub extern "C" fn memtrack_insert_overflow(key: *const LiveKey, value: *const Li
 /// See [`memtrack_insert_overflow`].
 #[inline(always)]
 fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
-    // SAFETY: reading a global; volatile keeps the compiler from folding it.
-    let capacity = unsafe { core::ptr::read_volatile(&LIVE_OVERFLOW_CAPACITY) };
-    if capacity == 0 {
+    // No unit left (or contended beyond the tries): counted as a lost event by the
+    // caller, as a full map is.
+    if !live_slots::take_unit() {
         return Err(-E2BIG);
     }
-    let (Some(count), Some(purged)) = (
-        GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT),
-        GLOBAL.get_ptr(global::LIVE_OVERFLOW_PURGED),
-    ) else {
+    let Some(count) = GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT) else {
+        live_slots::give_unit();
         return Err(-E2BIG);
     };
-    match atomics::add_below(count, atomics::load(purged), capacity) {
-        Some(true) => {}
-        Some(false) => return Err(-E2BIG),
-        // Contended beyond the tries: counted as a lost event by the caller, as a full
-        // map is.
-        None => return Err(-E2BIG),
-    }
+    atomics::add(count, 1);
     let mut inserted = Err(-E2BIG);
     if let Some(more) = more_map() {
         inserted = more.insert(key, value, BPF_NOEXIST);
@@ -553,6 +553,7 @@ fn insert_overflow(key: &LiveKey, value: &LiveBlock) -> Result<(), i32> {
     }
     if inserted.is_err() {
         atomics::sub(count, 1);
+        live_slots::give_unit();
     }
     inserted
 }
@@ -584,6 +585,7 @@ fn delete_live(key: &LiveKey, home: Home) {
         && let Some(c) = GLOBAL.get_ptr_mut(global::LIVE_OVERFLOW_COUNT)
     {
         atomics::sub(c, 1);
+        live_slots::give_unit();
     }
 }
 
@@ -593,7 +595,9 @@ fn delete_live(key: &LiveKey, home: Home) {
 const PUT_TRIES: usize = 4;
 
 /// Deletes the live-map entry this thread released last and left behind as a tombstone
-/// (in whichever live-block map holds it), unless it is the block at `keep` (about to be handed out again, or released again).
+/// (in whichever live-block map holds it), or empties the live slot it left `FREE`
+/// (live_slots.rs), unless that is where the block at `keep` is or goes (about to be
+/// handed out again, or released again; `None`: whatever it is).
 ///
 /// Why deletions are deferred: a hash map insert and delete are the dearest part of a
 /// call (kernel functions taking the bucket's lock and the element free list), and most
@@ -607,22 +611,52 @@ const PUT_TRIES: usize = 4;
 /// stays; one that finds an entry being deleted retries until it is gone and inserts
 /// anew.
 #[inline(always)]
-fn flush_released(t: &Thread, keep: u64) {
+fn flush_released(t: &Thread, keep: Option<u64>) {
     // SAFETY (whole block): the thread state is this thread's own; the value pointer
     // is valid for the program's run.
     unsafe {
         let addr = (*t.state).released;
-        if addr == 0 || addr == keep {
+        if addr == 0 {
+            return;
+        }
+        if addr & live_slot::RELEASED_SLOT != 0 {
+            if let Some(keep) = keep
+                && live_slots::same_slot(t, addr, keep)
+            {
+                return;
+            }
+            (*t.state).released = 0;
+            live_slots::empty(addr);
+            return;
+        }
+        if Some(addr) == keep {
             return;
         }
         (*t.state).released = 0;
-        let key = live_key(t.tgid(), addr);
-        if let Some((v, home)) = find_live(&key)
-            && atomics::swap(&raw mut (*v).size, LiveBlock::RELEASED, LiveBlock::DELETING)
-        {
-            delete_live(&key, home);
-        }
+        memtrack_delete_tombstone(t.tgid(), addr);
     }
+}
+
+/// Deletes the tombstone of the block at `addr` of process `tgid` (a released entry,
+/// in whichever live-block map holds it), unless another thread revived it. A BPF global
+/// function (verified once, see verified_once.rs): [`flush_released`] is inlined at
+/// every release and allocation, and its lookups into up to three maps were walked again
+/// at each. Returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_delete_tombstone(tgid: u32, addr: u64) -> i32 {
+    let key = live_key(tgid, addr);
+    if let Some((v, home)) = find_live(&key)
+        // SAFETY: the value pointer is valid for the program's run.
+        && atomics::swap(
+            unsafe { &raw mut (*v).size },
+            LiveBlock::RELEASED,
+            LiveBlock::DELETING,
+        )
+    {
+        delete_live(&key, home);
+    }
+    0
 }
 
 /// Makes `block` live at `addr`: revives its tombstone in place (in whichever map holds
@@ -687,7 +721,7 @@ fn put_live(t: &Thread, addr: u64, block: &LiveBlock, own_tombstone: bool) -> bo
 /// the largest part of what the verifier walks).
 #[inline(always)]
 pub fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock) {
-    flush_released(t, addr);
+    flush_released(t, Some(addr));
     // SAFETY: the thread state is this thread's own.
     let own_tombstone = unsafe {
         let own = (*t.state).released == addr;
@@ -696,6 +730,11 @@ pub fn make_live(t: &Thread, stats: *mut PidStats, addr: u64, block: &LiveBlock)
         }
         own
     };
+    // A tombstone of this address is revived in place (one lookup, no insert), so that
+    // no entry of it is left behind; any other block goes into its slot if it is free.
+    if !own_tombstone && live_slots::put(t, addr, block) {
+        return;
+    }
     if !put_live(t, addr, block, own_tombstone) {
         // SAFETY: stats points into a live map value.
         atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
@@ -763,11 +802,21 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
     }
 }
 
-/// Takes the block at `addr` out of the live map (leaving a tombstone this thread
-/// deletes later, see [`flush_released`]); its size and stack when it was live.
+/// Takes the block at `addr` out of its live slot or the live map (leaving a `FREE`
+/// slot or a tombstone this thread empties later, see [`flush_released`]); its size
+/// and stack when it was live. The slot first: a block there is newer than any entry
+/// of its address in the maps (live_slots.rs).
 #[inline(always)]
 pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
-    flush_released(t, addr);
+    flush_released(t, Some(addr));
+    match live_slots::take(t, addr) {
+        Taken::Block(block, index) => {
+            remember_release(t, live_slot::RELEASED_SLOT | u64::from(index));
+            return Some(block);
+        }
+        Taken::Gone => return None,
+        Taken::NotHere => {}
+    }
     let (v, _) = find_live(&live_key(t.tgid(), addr))?;
     // SAFETY (whole block): the value pointer is valid for the program's run; the
     // thread state is this thread's own.
@@ -783,7 +832,7 @@ pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
             }
             let stack = core::ptr::read_volatile(&raw const (*v).stack);
             if atomics::swap(word, size, LiveBlock::RELEASED) {
-                (*t.state).released = addr;
+                remember_release(t, addr);
                 return Some(LiveBlock {
                     size,
                     stack,
@@ -793,6 +842,22 @@ pub fn take_live(t: &Thread, addr: u64) -> Option<LiveBlock> {
         }
     }
     None
+}
+
+/// Makes `released` (a tombstone's address, or a `FREE` slot) the thread's last
+/// release, after emptying the one before if [`flush_released`] kept it (it was where
+/// this block was): a thread remembers one, and one it forgot would hold its map entry
+/// or unit of capacity until its process is purged.
+#[inline(always)]
+fn remember_release(t: &Thread, released: u64) {
+    // SAFETY: the thread state is this thread's own.
+    unsafe {
+        let before = (*t.state).released;
+        if before != 0 && before != released {
+            flush_released(t, None);
+        }
+        (*t.state).released = released;
+    }
 }
 
 /// A realloc-family call of the non-NULL `ptr`, outermost and just recorded as the

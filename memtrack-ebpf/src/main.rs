@@ -17,6 +17,8 @@ mod global_count;
 #[cfg(target_arch = "bpf")]
 mod ld_hook;
 #[cfg(target_arch = "bpf")]
+mod live_slots;
+#[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod stack_cache;

@@ -8,14 +8,14 @@
 //! per-process state is in arrays, whose lookups the verifier inlines.
 
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type},
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type},
     btf_maps::ArrayOfMaps,
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_get},
     macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
 };
 use memtrack_common::{
-    DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, LiveBlock, LiveKey,
+    DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, LiveBlock, LiveKey, LiveSlot,
     MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, ThreadState, global, ld_hook,
     stack_cache::{CacheWindow, StackCacheSlot, WalkTrace, walks},
     stacks::{
@@ -94,6 +94,15 @@ pub static LIVE_ON_DEMAND: HashMap<LiveKey, LiveBlock> = HashMap::with_max_entri
     DEFAULT_MAX_LIVE_BLOCKS - DEFAULT_PREALLOCATED_LIVE_BLOCKS,
     NO_PREALLOC,
 );
+
+/// The direct-mapped slots in front of the live-block maps (live_slots.rs): a block
+/// whose slot is free goes here, and a malloc+free pair then makes no hash-map lookup
+/// (each a kernel function call: hashing the key, walking the bucket). An array, so
+/// the verifier inlines every lookup; `BPF_F_MMAPABLE`, so that user space empties a
+/// process's slots with one scan of a mapping rather than a syscall per slot.
+#[map]
+pub static LIVE_SLOTS: Array<LiveSlot> =
+    Array::with_max_entries(memtrack_common::live_slot::LEN, BPF_F_MMAPABLE);
 
 /// Counters not attributable to one process, indexed by `memtrack_common::global`.
 #[map]
