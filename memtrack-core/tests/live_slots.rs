@@ -1,0 +1,276 @@
+//! Live blocks in the direct-mapped slots in front of the live-block maps
+//! (memtrack-ebpf's live_slots.rs): a block whose slot is free goes there, one whose
+//! slot is taken goes to the maps, and a release looks at the slot first. Counted
+//! exactly all the same: across threads, for blocks sharing a slot, through a double
+//! free and a reset.
+//!
+//! The in-process tests use a tracker with room beyond its preallocated entries (the
+//! slots share that room; `memtrack::testing::test_tracker` has none, so it uses no
+//! slot) and count on this thread alone.
+
+use memtrack::{Scope, Stats, Tracker};
+use memtrack_common::live_slot;
+use memtrack_test_support::require_privileges;
+
+/// A tracker of this thread whose blocks may go into the slots (the default capacity
+/// is twice the preallocated entries).
+fn slot_tracker() -> Tracker {
+    Tracker::builder()
+        .count_syscalls(false)
+        .build(Scope::Thread)
+        .unwrap()
+}
+
+/// The counters every exact test compares: (alloc_calls, free_calls, bytes_allocated,
+/// bytes_freed, live_blocks, unmatched_frees, lost_events).
+fn counters(stats: &Stats) -> (u64, u64, u64, u64, u64, u64, u64) {
+    (
+        stats.alloc_calls,
+        stats.free_calls,
+        stats.bytes_allocated,
+        stats.bytes_freed,
+        stats.live_blocks,
+        stats.unmatched_frees,
+        stats.lost_events,
+    )
+}
+
+/// The slot of the block at `p` of this process.
+fn slot_of(p: *mut libc::c_void) -> u32 {
+    live_slot::index(std::process::id(), p as u64)
+}
+
+/// `owner` of a slot whose first block is in a pair already.
+const PAIRED: u32 = u32::MAX - 1;
+
+/// Blocks of 32 bytes allocated (on this thread, counting) until `pairs` pairs of live
+/// blocks share a slot; returns every block and the pairs as indexes into them (the
+/// first of a pair found its slot free, the second went to the live maps). Only libc
+/// calls while counting: both tables are allocated before.
+fn blocks_sharing_slots(
+    blocks: &mut Vec<*mut libc::c_void>,
+    owner: &mut [u32],
+    pairs: &mut Vec<(usize, usize)>,
+    wanted: usize,
+) {
+    while pairs.len() < wanted && blocks.len() < blocks.capacity() {
+        // SAFETY: plain libc allocation.
+        let p = unsafe { libc::malloc(32) };
+        assert!(!p.is_null());
+        let slot = slot_of(p) as usize;
+        let i = blocks.len();
+        blocks.push(p);
+        match owner[slot] {
+            u32::MAX => owner[slot] = i as u32,
+            // A third block of a slot already paired: in the maps like the second.
+            PAIRED => {}
+            first => {
+                pairs.push((first as usize, i));
+                owner[slot] = PAIRED;
+            }
+        }
+    }
+}
+
+/// Two blocks whose (tgid, address) share a slot: the first takes the slot, the second
+/// goes to the live maps; both release exactly, whichever is released first, and so do
+/// all the others.
+#[test]
+fn blocks_sharing_a_slot_release_exactly() {
+    if !require_privileges("blocks_sharing_a_slot_release_exactly") {
+        return;
+    }
+    let mut tracker = slot_tracker();
+    let mut blocks = Vec::with_capacity(60_000);
+    let mut owner = vec![u32::MAX; live_slot::LEN as usize];
+    let mut pairs = Vec::with_capacity(4);
+    tracker.start().unwrap();
+    blocks_sharing_slots(&mut blocks, &mut owner, &mut pairs, 4);
+    // Half the pairs: the block in the maps first; the other half: the slot's first.
+    for (k, &(first, second)) in pairs.iter().enumerate() {
+        let order = if k % 2 == 0 {
+            [second, first]
+        } else {
+            [first, second]
+        };
+        for i in order {
+            // SAFETY: a live block from malloc above, freed once (nulled).
+            unsafe { libc::free(blocks[i]) };
+            blocks[i] = std::ptr::null_mut();
+        }
+    }
+    for p in blocks.iter_mut().filter(|p| !p.is_null()) {
+        // SAFETY: as above.
+        unsafe { libc::free(*p) };
+        *p = std::ptr::null_mut();
+    }
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        pairs.len(),
+        4,
+        "no blocks shared a slot among {}",
+        blocks.len()
+    );
+    let n = blocks.len() as u64;
+    assert_eq!(
+        counters(&stats),
+        (n, n, 32 * n, 32 * n, 0, 0, 0),
+        "{stats:#?}"
+    );
+    assert_eq!(tracker.unattributed_lost_events(), 0);
+}
+
+/// A reset (a benchmark region's start) forgets the blocks in the slots as it forgets
+/// those in the maps: their later releases are unmatched, like blocks allocated before
+/// tracking; blocks allocated after it count exactly, at the same addresses too.
+#[test]
+fn a_reset_forgets_slot_held_blocks() {
+    if !require_privileges("a_reset_forgets_slot_held_blocks") {
+        return;
+    }
+    const BEFORE: usize = 3_000;
+    let mut tracker = slot_tracker();
+    let mut blocks = Vec::with_capacity(BEFORE);
+    tracker.start().unwrap();
+    for i in 0..BEFORE {
+        // SAFETY: plain libc allocation.
+        let p = unsafe { libc::malloc(16 + i % 50) };
+        assert!(!p.is_null());
+        blocks.push(p);
+    }
+    // Not counting around the reset: it allocates on this thread.
+    tracker.stop().unwrap();
+    tracker.reset().unwrap();
+    tracker.start().unwrap();
+    for p in blocks.drain(..) {
+        // SAFETY: a live block from malloc above, freed once.
+        unsafe { libc::free(p) };
+    }
+    // The addresses just released come back (glibc's cache is last-in first-out).
+    for _ in 0..10 {
+        // SAFETY: plain libc calls.
+        unsafe { libc::free(std::hint::black_box(libc::malloc(40))) };
+    }
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    assert_eq!(
+        counters(&stats),
+        (10, 10, 400, 400, 0, BEFORE as u64, 0),
+        "{stats:#?}"
+    );
+}
+
+/// What tests/programs/slot_threads.c printed: its calls while counting.
+struct Printed {
+    allocs: u64,
+    frees: u64,
+    bytes: u64,
+    unmatched: u64,
+}
+
+/// Runs tests/programs/slot_threads.c with `args` under a tracker of other processes,
+/// counting from its first step to its second; returns its counters and what it
+/// printed.
+fn run_slot_threads(args: &[&str]) -> (Stats, Printed) {
+    use std::{
+        io::{Read, Write},
+        os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    };
+    let pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: a plain pipe(2) into a two-element array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors are new and ours.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let (steps_read, steps_write) = pipe();
+    let (go_read, go_write) = pipe();
+    let dir = tempfile::tempdir().unwrap();
+    let program = memtrack_test_support::compile_c(
+        &memtrack_test_support::repo_dir().join("tests/programs/slot_threads.c"),
+        dir.path(),
+        &[],
+    );
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let spec = memtrack::CommandSpec::new(&program)
+        .args(args.iter().copied())
+        .fd(1, out.as_raw_fd())
+        .fd(3, steps_write.as_raw_fd())
+        .fd(4, go_read.as_raw_fd());
+    let tracker = Tracker::builder()
+        .count_syscalls(false)
+        .start_enabled(false)
+        .spawn(spec)
+        .unwrap();
+    let pid = tracker.pid();
+    // Only the program holds these ends now: its exit ends the steps.
+    drop((steps_write, go_read));
+    let mut steps = std::fs::File::from(steps_read);
+    let mut go = std::fs::File::from(go_write);
+    let mut byte = [0u8; 1];
+    let mut step = 0;
+    while steps.read(&mut byte).unwrap() == 1 {
+        step += 1;
+        // On for the work, off again after it.
+        tracker
+            .control()
+            .set_process_enabled(pid, step == 1)
+            .unwrap();
+        go.write_all(b"g").unwrap();
+    }
+    assert_eq!(step, 2, "slot_threads {args:?}");
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code, Some(0), "slot_threads {args:?}");
+    assert_eq!(tracker.unattributed_lost_events(), 0);
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let field = |name: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+            .parse()
+            .unwrap()
+    };
+    let printed = Printed {
+        allocs: field("allocs"),
+        frees: field("frees"),
+        bytes: field("bytes"),
+        unmatched: field("unmatched"),
+    };
+    (tracker.collect().unwrap(), printed)
+}
+
+/// Blocks allocated on one thread and released on another while in their slots, both
+/// ways, then new blocks at the released addresses: every counter exact, nothing
+/// unmatched or lost.
+#[test]
+fn blocks_released_on_another_thread_count_exactly() {
+    if !require_privileges("blocks_released_on_another_thread_count_exactly") {
+        return;
+    }
+    let (stats, p) = run_slot_threads(&["threads", "2000"]);
+    assert_eq!((p.allocs, p.frees), (2 * 2000 + 200, 2 * 2000 + 200));
+    assert_eq!(
+        counters(&stats),
+        (p.allocs, p.frees, p.bytes, p.bytes, 0, 0, 0),
+        "{stats:#?}"
+    );
+}
+
+/// A block in its slot released twice: the second release finds the slot released
+/// (right after the first) or emptied (after a call about another block), and no entry
+/// in the maps: unmatched, as before the slots.
+#[test]
+fn a_double_free_of_a_slot_held_block_is_unmatched() {
+    if !require_privileges("a_double_free_of_a_slot_held_block_is_unmatched") {
+        return;
+    }
+    let (stats, p) = run_slot_threads(&["double"]);
+    assert_eq!((p.allocs, p.frees, p.unmatched), (3, 3, 2));
+    assert_eq!(
+        counters(&stats),
+        (p.allocs, p.frees, p.bytes, p.bytes, 0, p.unmatched, 0),
+        "{stats:#?}"
+    );
+}
