@@ -29,13 +29,12 @@
 //! release looks at the slot first, so it finds the newer block, as the hash maps'
 //! "newest first" rule does (account.rs).
 
-use memtrack_common::{LiveBlock, LiveSlot, ThreadState, global, live_slot};
+use memtrack_common::{LiveBlock, LiveSlot, global, live_slot};
 
 use crate::{
     account::{Thread, beyond_capacity},
     atomics,
     maps::{GLOBAL, LIVE_SLOTS},
-    verified_once::thread,
 };
 
 /// What a release found in the slot of its block.
@@ -136,35 +135,12 @@ fn claim(t: &Thread, slot: *mut LiveSlot, tag: u64) -> bool {
 
 /// Records `block` at `addr` in its slot when the slot is free: true when it did (the
 /// caller then puts it in no hash map). Called after `account::flush_released`, so a
-/// `FREE` slot the thread left behind elsewhere has given its unit back.
+/// `FREE` slot the thread left behind elsewhere has given its unit back. Inlined (in
+/// `memtrack_make_live`): as a global function of its own it verified no fewer
+/// instructions, and cost every allocation a BPF-to-BPF call, whose return goes
+/// through this CPU's return thunk.
 #[inline(always)]
 pub fn put(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
-    memtrack_put_slot(t.state, addr, block) != 0
-}
-
-/// [`put`] as a BPF global function (verified once, see verified_once.rs): the
-/// compare-and-swap loop that takes a unit of capacity, inlined, added a third to the
-/// return program's verification. `state` is the calling thread's, as the program
-/// found it this run. Returns 1 when the block is in its slot, else 0.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn memtrack_put_slot(
-    state: *mut ThreadState,
-    addr: u64,
-    block: *const LiveBlock,
-) -> i32 {
-    if state.is_null() || block.is_null() {
-        return 0;
-    }
-    // SAFETY: block is not NULL and points to a whole LiveBlock (the verifier checked
-    // its size at the call).
-    let block = unsafe { *block };
-    i32::from(put_body(&thread(state), addr, &block))
-}
-
-/// See [`memtrack_put_slot`].
-#[inline(always)]
-fn put_body(t: &Thread, addr: u64, block: &LiveBlock) -> bool {
     let Some((index, slot, tag)) = slot_of(t, addr) else {
         return false;
     };

@@ -20,7 +20,7 @@ use crate::account::{self, Thread};
 /// `account::Thread::current` found and wrote there in this program run, counted (a
 /// global function is only called for a counted call).
 #[inline(always)]
-pub(crate) fn thread(state: *mut ThreadState) -> Thread {
+fn thread(state: *mut ThreadState) -> Thread {
     // SAFETY (whole block): the caller checked that state is not NULL; it is this
     // thread's own.
     unsafe {
