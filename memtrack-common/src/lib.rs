@@ -506,7 +506,7 @@ pub struct LiveSlot {
 /// and the maps together hold exactly the configured capacity.
 pub mod live_slot {
     /// Slots in `LIVE_SLOTS` (a power of two: [`index`] masks): 2 MiB of entries.
-    pub const LEN: u32 = 1 << 16;
+    pub const LEN: u32 = 1 << 12;
     /// `tag` of a slot that holds nothing and no unit of capacity.
     pub const EMPTY: u64 = 0;
     /// `tag` of a slot being written by the thread that claimed it (a block's fields
