@@ -401,8 +401,13 @@ pub struct PidStats {
     /// at-peak counters, `stacks::KernelStackCounts`); counted with stacks on only, the
     /// one case it is read in (0 with stacks off).
     pub peak_epoch: u64,
+    /// `bytes_allocated` when `live_bytes` last reached `peak_live_bytes`: the peak's
+    /// time on the allocation clock the per-stack lifetimes are measured on
+    /// (`stacks::KernelStackCounts`, valgrind DHAT's "tg"). Kept with stacks on only,
+    /// the one case it is read in (0 with stacks off).
+    pub peak_bytes_allocated: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
-    pub _reserved: [u64; 2],
+    pub _reserved: [u64; 1],
 }
 
 impl PidStats {
@@ -433,7 +438,8 @@ impl PidStats {
         }; NUM_FUNCS],
         size_histogram: [0; HISTOGRAM_BUCKETS],
         peak_epoch: 0,
-        _reserved: [0; 2],
+        peak_bytes_allocated: 0,
+        _reserved: [0; 1],
     };
 }
 

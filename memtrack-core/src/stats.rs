@@ -288,6 +288,8 @@ mod tests {
             last_brk: _,
             // The per-stack at-peak bookkeeping (stacks.rs reads it), not a counter.
             peak_epoch: _,
+            // The peak's time on the stacks' allocation clock (stacks.rs reads it).
+            peak_bytes_allocated: _,
             _reserved: _,
             funcs,
             size_histogram: _,
