@@ -250,6 +250,12 @@ pub struct StackProfile {
     pub end_ns: u64,
     /// When its live bytes were highest (t-gmax), `CLOCK_MONOTONIC` ns.
     pub peak_ns: Option<u64>,
+    /// The same instant on the scope's allocation clock (the requested bytes allocated
+    /// in the scope by then), the clock of the lifetimes; `None` when not recorded.
+    pub peak_bytes_allocated: Option<u64>,
+    /// The allocation clock at the scope's end (requested bytes allocated in the
+    /// scope); `None` when not recorded (stacks files before version 2).
+    pub bytes_allocated: Option<u64>,
     /// The unwinder's depth limit, in frames.
     pub depth_limit: u32,
     /// The stacks with allocations in the scope, and the lost stacks (if any) last.
@@ -424,6 +430,8 @@ fn profile(
         start_ns: scope.start_ns,
         end_ns: scope.end_ns,
         peak_ns: scope.peak_ns,
+        peak_bytes_allocated: scope.peak_bytes_allocated,
+        bytes_allocated: scope.bytes_allocated,
         depth_limit: stacks.depth_limit,
         stacks: shown,
         total: scope.total(),

@@ -69,17 +69,17 @@ fn dhat_export_field_by_field() {
         "verb": "Allocated",
         "bklt": true,
         "bkacc": false,
-        "tu": "µs",
-        "Mtu": "s",
-        "tuth": 10,
+        "tu": "bytes allocated",
+        "Mtu": "MB allocated",
+        "tuth": 0,
         "cmd": "./call_tree",
         "pid": 4242,
-        "te": 9000,
-        "tg": 2000,
+        "te": 1476,
+        "tg": 532,
         "pps": [
-            {"tb": 1160, "tbk": 10, "tl": 25, "mb": 116, "mbk": 1, "gb": 116, "gbk": 1,
+            {"tb": 1160, "tbk": 10, "tl": 2500, "mb": 116, "mbk": 1, "gb": 116, "gbk": 1,
              "eb": 116, "ebk": 1, "fs": [1, 2, 3, 4, 5]},
-            {"tb": 300, "tbk": 3, "tl": 4, "mb": 100, "mbk": 1, "gb": 100, "gbk": 1,
+            {"tb": 300, "tbk": 3, "tl": 400, "mb": 100, "mbk": 1, "gb": 100, "gbk": 1,
              "eb": 0, "ebk": 0, "fs": [1, 6, 7]},
             // No lifetimes were recorded for the lost stacks: no "tl" rather than a
             // made-up one.
@@ -89,6 +89,43 @@ fn dhat_export_field_by_field() {
         "ftbl": expected_ftbl(),
     });
     assert_eq!(file, expected);
+}
+
+/// A stacks file from before the allocation clock (version 1: no `bytes_allocated`, no
+/// lifetimes) keeps the µs of its scope's times, as dhat-rs writes, and has no "tl".
+#[test]
+fn dhat_export_of_a_file_without_the_allocation_clock_uses_microseconds() {
+    let mut profile = call_tree().remove(0);
+    profile.bytes_allocated = None;
+    profile.peak_bytes_allocated = None;
+    for stack in &mut profile.stacks {
+        stack.counts.total_lifetime = None;
+    }
+    let file: Value = serde_json::from_str(&dhat::render(&profile)).unwrap();
+    assert_eq!(
+        [
+            &file["tu"],
+            &file["Mtu"],
+            &file["tuth"],
+            &file["te"],
+            &file["tg"]
+        ],
+        [
+            &json!("µs"),
+            &json!("s"),
+            &json!(10),
+            &json!(9000),
+            &json!(2000)
+        ]
+    );
+    assert!(
+        file["pps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|pp| pp.get("tl").is_none()),
+        "{file}"
+    );
 }
 
 /// The keys of a JSON object (serde_json's map sorts them: [`in_text_order`] puts them
@@ -458,6 +495,8 @@ fn with_region() -> LoadedProcess {
             start_ns: 2_000_000,
             end_ns: 4_000_000,
             peak_ns: Some(3_000_000),
+            peak_bytes_allocated: Some(100),
+            bytes_allocated: Some(300),
             entries: vec![StackEntry { stack: 1, counts }],
             lost: StackCounts::default(),
         },
@@ -568,7 +607,8 @@ fn report_stacks_writes_every_export() {
         "{stdout}"
     );
     let file: Value = serde_json::from_slice(&std::fs::read(&dhat_path).unwrap()).unwrap();
-    assert_eq!((&file["te"], &file["tg"]), (&json!(2000), &json!(1000)));
+    // The region's own allocation clock: its 300 bytes, its peak after 100.
+    assert_eq!((&file["te"], &file["tg"]), (&json!(300), &json!(100)));
     assert_eq!(file["pps"].as_array().unwrap().len(), 1);
 }
 

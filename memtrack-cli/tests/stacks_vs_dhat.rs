@@ -685,7 +685,9 @@ fn cpython_stacks_open_in_dh_view_and_render_as_a_flamegraph() {
             .arg(&png)
             .arg("--dom")
             .arg(&dom)
-            .args(["--expect", python, "--expect", "avg lifetime"]),
+            .args(["--expect", python, "--expect", "avg lifetime"])
+            // The allocation clock is the unit of every time shown.
+            .args(["--expect", "bytes allocated (", "--expect", "t-gmax: "]),
     );
     assert!(
         ok,

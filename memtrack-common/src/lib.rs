@@ -405,8 +405,13 @@ pub struct PidStats {
     /// at-peak counters, `stacks::KernelStackCounts`); counted with stacks on only, the
     /// one case it is read in (0 with stacks off).
     pub peak_epoch: u64,
+    /// `bytes_allocated` when `live_bytes` last reached `peak_live_bytes`: the peak's
+    /// time on the allocation clock the per-stack lifetimes are measured on
+    /// (`stacks::KernelStackCounts`, valgrind DHAT's "tg"). Kept with stacks on only,
+    /// the one case it is read in (0 with stacks off).
+    pub peak_bytes_allocated: u64,
     /// Keeps the size a multiple of 8 and leaves room for growth.
-    pub _reserved: [u64; 2],
+    pub _reserved: [u64; 1],
 }
 
 impl PidStats {
@@ -437,7 +442,8 @@ impl PidStats {
         }; NUM_FUNCS],
         size_histogram: [0; HISTOGRAM_BUCKETS],
         peak_epoch: 0,
-        _reserved: [0; 2],
+        peak_bytes_allocated: 0,
+        _reserved: [0; 1],
     };
 }
 
@@ -505,7 +511,7 @@ pub struct LiveSlot {
 /// counted in `global::LIVE_BEYOND_COUNT` (with the overflow maps' entries): the slots
 /// and the maps together hold exactly the configured capacity.
 pub mod live_slot {
-    /// Slots in `LIVE_SLOTS` (a power of two: [`index`] masks): 2 MiB of entries.
+    /// Slots in `LIVE_SLOTS` (a power of two: [`index`] masks): 128 KiB of entries.
     pub const LEN: u32 = 1 << 12;
     /// `tag` of a slot that holds nothing and no unit of capacity.
     pub const EMPTY: u64 = 0;

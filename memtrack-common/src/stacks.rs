@@ -332,15 +332,17 @@ pub const fn stack_counts_key(tgid: u32, stack: u32) -> u64 {
 }
 
 /// Value of the `STACK_COUNTS` map: one stack's counters in one process. Sizes are
-/// requested sizes in bytes, blocks are counts, times CLOCK_MONOTONIC ns
-/// (`bpf_ktime_get_ns`).
+/// requested sizes in bytes, blocks are counts. Times are read on the process's
+/// allocation clock: its `PidStats::bytes_allocated` (requested bytes it allocated
+/// since its counters were last zeroed), which only allocations move, so a block's
+/// lifetime is the bytes the process allocated while the block was live.
 ///
 /// Its counts are sums that only grow, so an allocation adds to three of them and a
-/// release to three (`alloc_*` and `born_ns_sum`; `freed_*` and `freed_at_ns_sum`),
+/// release to three (`alloc_*` and `born_at_sum`; `freed_*` and `freed_at_sum`),
 /// besides the at-peak snapshot and the maximum below: what is live is what was
 /// allocated less what was freed ([`live_blocks`](Self::live_blocks),
 /// [`live_bytes`](Self::live_bytes)), and the lifetimes are the release times less the
-/// allocation times ([`total_lifetime_ns`](Self::total_lifetime_ns)).
+/// allocation times ([`total_lifetime`](Self::total_lifetime)).
 ///
 /// The bytes at the process's global peak are kept lazily (O(1) per event): the process
 /// bumps `PidStats::peak_epoch` each time its live bytes reach a new peak; before an
@@ -370,11 +372,13 @@ pub struct KernelStackCounts {
     pub max_live_bytes: u64,
     /// Blocks live at that time.
     pub max_live_blocks: u64,
-    /// Sum of the allocation times of every block allocated from this stack, ns,
+    /// Sum of the allocation times of every block allocated from this stack, on the
+    /// allocation clock (bytes; a block's time is the clock just after it was
+    /// allocated, its own bytes included), wrapping.
+    pub born_at_sum: u64,
+    /// Sum of the release times of the released ones, on the allocation clock (bytes),
     /// wrapping.
-    pub born_ns_sum: u64,
-    /// Sum of the release times of the released ones, ns, wrapping.
-    pub freed_at_ns_sum: u64,
+    pub freed_at_sum: u64,
 }
 
 impl KernelStackCounts {
@@ -388,15 +392,17 @@ impl KernelStackCounts {
         self.alloc_bytes.wrapping_sub(self.freed_bytes)
     }
 
-    /// Total lifetime in ns of every block of this stack, the live ones counted up to
-    /// `end_ns` (CLOCK_MONOTONIC ns, not before their allocation), as valgrind DHAT's
-    /// "tl" counts blocks live at exit up to the end: the released blocks' release times
-    /// plus `end_ns` for each live one, less every block's allocation time (exact in
-    /// wrapping arithmetic whenever that total fits in 64 bits).
-    pub const fn total_lifetime_ns(&self, end_ns: u64) -> u64 {
-        self.freed_at_ns_sum
-            .wrapping_add(self.live_blocks().wrapping_mul(end_ns))
-            .wrapping_sub(self.born_ns_sum)
+    /// Total lifetime of every block of this stack in bytes allocated (the requested
+    /// bytes the process allocated while each block was live), the live ones counted
+    /// up to the clock `end` (the process's `bytes_allocated` when read, not before
+    /// their allocation), as valgrind DHAT's "tl" counts blocks live at exit up to the
+    /// end: the released blocks' release times plus `end` for each live one, less every
+    /// block's allocation time (exact in wrapping arithmetic whenever that total fits
+    /// in 64 bits).
+    pub const fn total_lifetime(&self, end: u64) -> u64 {
+        self.freed_at_sum
+            .wrapping_add(self.live_blocks().wrapping_mul(end))
+            .wrapping_sub(self.born_at_sum)
     }
 
     /// (blocks, bytes) of this stack live at the process's last global peak, given the

@@ -182,19 +182,26 @@ impl KernelStacks {
             return done.clone();
         }
         let epoch = stats.map_or(0, |s| s.peak_epoch);
-        // The clock the kernel's allocation times are read with (bpf_ktime_get_ns).
-        let now = crate::monotonic_ns();
+        let raw: Vec<(u64, KernelStackCounts)> = self
+            .counts
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(key, _)| (key >> 32) as u32 == pid)
+            .collect();
+        // The allocation clock now: the process's bytes allocated, which the blocks with
+        // a stack add up to (at least: blocks whose stack's counters could not even be
+        // created move it too), read after them so that no block read was born later.
+        let stacks_clock = raw
+            .iter()
+            .fold(0u64, |sum, (_, c)| sum.wrapping_add(c.alloc_bytes));
+        let clock = stats.map_or(stacks_clock, |s| s.bytes_allocated.max(stacks_clock));
         let mut by_id: BTreeMap<u32, StackCounts> = BTreeMap::new();
         let mut lost = StackCounts {
-            total_lifetime_ns: Some(0),
+            total_lifetime: Some(0),
             ..StackCounts::default()
         };
-        for item in self.counts.iter().filter_map(|r| r.ok()) {
-            let (key, c) = item;
-            if (key >> 32) as u32 != pid {
-                continue;
-            }
-            let counts = to_counts(&c, epoch, now);
+        for (key, c) in raw {
+            let counts = to_counts(&c, epoch, clock);
             if key as u32 == LOST_STACK {
                 lost = counts;
             } else {
@@ -232,10 +239,14 @@ impl KernelStacks {
             out.stacks.push(stack);
         }
         out.process.lost = lost;
-        // Blocks live now are counted up to now; the caller moves the end to the
-        // process's exit or the region's end (`ScopeStacks::set_end`).
-        out.process.end_ns = now;
+        // The caller moves the end to the process's exit or the region's end
+        // (`ScopeStacks::set_end`); the lifetimes of the blocks live now run to `clock`,
+        // which only allocations move.
+        out.process.end_ns = crate::monotonic_ns();
         out.process.peak_ns = stats.and_then(|s| (s.peak_time_ns != 0).then_some(s.peak_time_ns));
+        out.process.peak_bytes_allocated =
+            stats.and_then(|s| (s.peak_time_ns != 0).then_some(s.peak_bytes_allocated));
+        out.process.bytes_allocated = Some(clock);
         out
     }
 
@@ -267,9 +278,9 @@ impl KernelStacks {
     }
 }
 
-/// A stack's counters as read at `now_ns` (CLOCK_MONOTONIC), given the process's final
-/// peak epoch.
-fn to_counts(c: &KernelStackCounts, epoch: u64, now_ns: u64) -> StackCounts {
+/// A stack's counters as read when the process's allocation clock (its bytes
+/// allocated) was at `clock`, given the process's final peak epoch.
+fn to_counts(c: &KernelStackCounts, epoch: u64, clock: u64) -> StackCounts {
     let (at_peak_blocks, at_peak_bytes) = c.at_peak(epoch);
     StackCounts {
         alloc_blocks: c.alloc_blocks,
@@ -282,7 +293,7 @@ fn to_counts(c: &KernelStackCounts, epoch: u64, now_ns: u64) -> StackCounts {
         at_peak_bytes,
         max_live_bytes: c.max_live_bytes,
         max_live_blocks: c.max_live_blocks,
-        total_lifetime_ns: Some(c.total_lifetime_ns(now_ns)),
+        total_lifetime: Some(c.total_lifetime(clock)),
     }
 }
 
@@ -372,34 +383,32 @@ mod tests {
     }
 
     /// Released blocks' lifetimes plus the live ones' up to the read, from the wrapping
-    /// sum of their allocation times: exact even when that sum wrapped.
+    /// sum of their allocation times: exact even when that sum wrapped. Times are on
+    /// the allocation clock (bytes allocated).
     #[test]
     fn total_lifetime_adds_the_live_blocks_up_to_the_read() {
-        // Released: born at 10 and 20, released at 25 and 35 (30 ns in all). Live:
-        // born at 100 and 250, read at 1000.
+        // Released: born at 10 and 20, released at 25 and 35 (30 bytes allocated in
+        // all). Live: born at 100 and 250, read at 1000.
         let c = KernelStackCounts {
             alloc_blocks: 4,
             freed_blocks: 2,
-            born_ns_sum: 10 + 20 + 100 + 250,
-            freed_at_ns_sum: 25 + 35,
+            born_at_sum: 10 + 20 + 100 + 250,
+            freed_at_sum: 25 + 35,
             ..KernelStackCounts::default()
         };
-        assert_eq!(
-            to_counts(&c, 0, 1000).total_lifetime_ns,
-            Some(30 + 900 + 750)
-        );
+        assert_eq!(to_counts(&c, 0, 1000).total_lifetime, Some(30 + 900 + 750));
         // Born near the end of the clock's range: the sums wrapped. Released: born at
-        // MAX - 20, released at MAX - 15 (5 ns). Live: born at MAX - 10 and MAX - 4.
+        // MAX - 20, released at MAX - 15 (5 bytes). Live: born at MAX - 10 and MAX - 4.
         let born = [u64::MAX - 20, u64::MAX - 10, u64::MAX - 4];
         let c = KernelStackCounts {
             alloc_blocks: 3,
             freed_blocks: 1,
-            born_ns_sum: born[0].wrapping_add(born[1]).wrapping_add(born[2]),
-            freed_at_ns_sum: u64::MAX - 15,
+            born_at_sum: born[0].wrapping_add(born[1]).wrapping_add(born[2]),
+            freed_at_sum: u64::MAX - 15,
             ..KernelStackCounts::default()
         };
         assert_eq!(
-            to_counts(&c, 0, u64::MAX - 1).total_lifetime_ns,
+            to_counts(&c, 0, u64::MAX - 1).total_lifetime,
             Some(5 + 9 + 3)
         );
     }

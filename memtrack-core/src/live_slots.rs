@@ -2,7 +2,7 @@
 //! the shared rules are `memtrack_common::live_slot`): a mapping of the array, through
 //! which the engine empties a process's slots when it forgets or resets the process.
 //!
-//! Why a mapping: the array holds 65,536 slots, and reading them with one syscall each
+//! Why a mapping: the array holds 4,096 slots, and reading them with one syscall each
 //! would cost milliseconds; a scan of the mapping costs tens of microseconds. The
 //! programs change a slot's tag only by compare-and-swap (and the store that publishes a
 //! claimed slot), so this side empties a slot with a compare-and-swap too: one that the
@@ -36,7 +36,7 @@ impl LiveSlots {
         let len = live_slot::LEN as usize;
         let bytes = len * size_of::<LiveSlot>();
         // SAFETY: a new shared mapping of the map's whole value area (a page multiple:
-        // 2 MiB), which the kernel allows for a BPF_F_MMAPABLE array.
+        // 128 KiB), which the kernel allows for a BPF_F_MMAPABLE array.
         let addr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),

@@ -139,6 +139,17 @@ pub struct ScopeStacks {
     /// instant the `at_peak_*` counters describe), `CLOCK_MONOTONIC` ns; `None` if no
     /// block was ever live.
     pub peak_ns: Option<u64>,
+    /// The same instant on the scope's allocation clock, the clock the lifetimes are
+    /// measured on ([`StackCounts::total_lifetime`]): the requested bytes the scope
+    /// had allocated then, in bytes; `None` if no block was ever live, or in a file
+    /// written before version 2.
+    #[serde(default)]
+    pub peak_bytes_allocated: Option<u64>,
+    /// The allocation clock at the scope's end: the requested bytes allocated in the
+    /// scope (by every call, with a stack or not), in bytes; `None` in a file written
+    /// before version 2.
+    #[serde(default)]
+    pub bytes_allocated: Option<u64>,
     /// Every stack with at least one allocation in this scope, each once.
     pub entries: Vec<StackEntry>,
     /// Allocations whose stack could not be stored (the kernel's stack map was full),
@@ -148,23 +159,11 @@ pub struct ScopeStacks {
 }
 
 impl ScopeStacks {
-    /// Moves the scope's end to `end_ns` (`CLOCK_MONOTONIC` ns): the lifetimes of the
-    /// blocks live at the end, counted up to the old end, are counted up to the new one
-    /// (the kernel's counters are read a moment after a process exits or a region ends;
-    /// the scope ends at that exit or end).
+    /// Moves the scope's end to `end_ns` (`CLOCK_MONOTONIC` ns): the kernel's counters
+    /// are read a moment after a process exits or a region ends, and the scope ends at
+    /// that exit or end. The lifetimes do not move: their clock, the bytes allocated,
+    /// stands still while nothing is allocated.
     pub fn set_end(&mut self, end_ns: u64) {
-        let old = self.end_ns;
-        let mv = |c: &mut StackCounts| {
-            if let Some(t) = c.total_lifetime_ns {
-                let moved = i128::from(t)
-                    + i128::from(c.live_blocks) * (i128::from(end_ns) - i128::from(old));
-                c.total_lifetime_ns = Some(moved.clamp(0, i128::from(u64::MAX)) as u64);
-            }
-        };
-        for entry in &mut self.entries {
-            mv(&mut entry.counts);
-        }
-        mv(&mut self.lost);
         self.end_ns = end_ns;
     }
 }
@@ -203,10 +202,15 @@ pub struct StackCounts {
     pub max_live_bytes: u64,
     /// Blocks of this stack live at that instant.
     pub max_live_blocks: u64,
-    /// Sum of the lifetimes of this stack's blocks (release time, or the scope's end for
-    /// blocks still live, minus allocation time), ns; `None` when not recorded.
+    /// Sum of the lifetimes of this stack's blocks, each measured in the requested
+    /// bytes the process allocated while the block was live (from just after its own
+    /// allocation to its release, or to the scope's end for blocks still live; a
+    /// realloc's new block is not in its old block's lifetime), in bytes: the
+    /// allocation clock, which memtrack's own cost per call does not stretch and which
+    /// is the same in every run of a deterministic program. `None` when not recorded,
+    /// and in files written before version 2 (their lifetimes were in ns).
     #[serde(default)]
-    pub total_lifetime_ns: Option<u64>,
+    pub total_lifetime: Option<u64>,
 }
 
 /// One benchmark region's stacks.
@@ -224,7 +228,7 @@ impl StackCounts {
     /// stays known only if both are, a side without blocks counting as known (zero).
     pub fn add(&mut self, other: &StackCounts) {
         // A sum over no blocks is known (zero) whether recorded or not.
-        self.total_lifetime_ns = match (self.total_lifetime_ns, other.total_lifetime_ns) {
+        self.total_lifetime = match (self.total_lifetime, other.total_lifetime) {
             (Some(a), Some(b)) => Some(a.saturating_add(b)),
             (None, b) if !self.has_blocks() => b,
             (a, None) if !other.has_blocks() => a,
@@ -249,7 +253,7 @@ impl StackCounts {
 
     /// Whether every counter is zero.
     pub fn is_zero(&self) -> bool {
-        let lifetime = self.total_lifetime_ns.unwrap_or(0);
+        let lifetime = self.total_lifetime.unwrap_or(0);
         [
             self.alloc_blocks,
             self.alloc_bytes,
@@ -290,7 +294,12 @@ pub const STACKS_FILE_SUFFIX: &str = ".MemtrackStacks.msgpack";
 /// The stacks file format version this build writes, and the newest it reads (a
 /// `schema_version` field beside [`ProcessStacks`]' own; files without it are version
 /// 1). Fields added later carry `#[serde(default)]`, so older files stay readable.
-pub const STACKS_SCHEMA_VERSION: u32 = 1;
+///
+/// Version 2 measures lifetimes in bytes allocated (`StackCounts::total_lifetime`) and
+/// adds the scope's allocation clock (`ScopeStacks::bytes_allocated`,
+/// `ScopeStacks::peak_bytes_allocated`); version 1's lifetimes, in ns, are not read
+/// (a version 1 file reads with no lifetimes).
+pub const STACKS_SCHEMA_VERSION: u32 = 2;
 
 /// A stacks file as written: its version, then the stacks' fields.
 #[derive(Serialize)]
@@ -506,7 +515,7 @@ mod tests {
         StackCounts {
             alloc_blocks,
             alloc_bytes,
-            total_lifetime_ns: Some(5),
+            total_lifetime: Some(5),
             ..StackCounts::default()
         }
     }
@@ -533,6 +542,8 @@ mod tests {
                 start_ns: 1,
                 end_ns: 9,
                 peak_ns: Some(4),
+                peak_bytes_allocated: Some(1000),
+                bytes_allocated: Some(1467),
                 entries: vec![
                     StackEntry {
                         stack: 0,
@@ -571,7 +582,7 @@ mod tests {
         .unwrap();
         let err = ProcessStacks::from_bytes(&later).unwrap_err().to_string();
         assert!(
-            err.contains("stacks file version 2, newer than this memtrack reads (1)"),
+            err.contains("stacks file version 3, newer than this memtrack reads (2)"),
             "{err}"
         );
         let err = ProcessStacks::from_bytes(&bytes[..bytes.len() / 2]).unwrap_err();
@@ -580,6 +591,45 @@ mod tests {
                 .starts_with("truncated or corrupt MessagePack"),
             "{err}"
         );
+    }
+
+    /// A version 1 file (lifetimes in ns under `total_lifetime_ns`, no allocation
+    /// clock) reads with every counter but no lifetimes: ns are not bytes allocated.
+    #[test]
+    fn version_1_files_read_without_their_lifetimes() {
+        fn to_v1(v: rmpv::Value) -> rmpv::Value {
+            match v {
+                rmpv::Value::Map(fields) => rmpv::Value::Map(
+                    fields
+                        .into_iter()
+                        .filter(|(k, _)| {
+                            !matches!(k.as_str(), Some("peak_bytes_allocated" | "bytes_allocated"))
+                        })
+                        .map(|(k, v)| match k.as_str() {
+                            Some("schema_version") => (k, rmpv::Value::from(1)),
+                            Some("total_lifetime") => ("total_lifetime_ns".into(), to_v1(v)),
+                            _ => (k, to_v1(v)),
+                        })
+                        .collect(),
+                ),
+                rmpv::Value::Array(items) => {
+                    rmpv::Value::Array(items.into_iter().map(to_v1).collect())
+                }
+                other => other,
+            }
+        }
+        let stacks = sample();
+        let value: rmpv::Value = rmp_serde::from_slice(&stacks.to_bytes()).unwrap();
+        let v1 = rmp_serde::to_vec_named(&to_v1(value)).unwrap();
+        let read = ProcessStacks::from_bytes(&v1).unwrap();
+        let mut expected = stacks;
+        expected.process.peak_bytes_allocated = None;
+        expected.process.bytes_allocated = None;
+        for entry in &mut expected.process.entries {
+            entry.counts.total_lifetime = None;
+        }
+        assert_eq!(read, expected);
+        assert_eq!(read.process.entries[0].counts.alloc_bytes, 1160);
     }
 
     #[test]
@@ -622,11 +672,11 @@ mod tests {
         let total = sample().process.total();
         assert_eq!((total.alloc_blocks, total.alloc_bytes), (14, 1467));
         // The lost counters have no lifetimes, so the sum has none either.
-        assert_eq!(total.total_lifetime_ns, None);
+        assert_eq!(total.total_lifetime, None);
         let mut two = counts(1, 2);
         two.add(&counts(3, 4));
         assert_eq!((two.alloc_blocks, two.alloc_bytes), (4, 6));
-        assert_eq!(two.total_lifetime_ns, Some(10));
+        assert_eq!(two.total_lifetime, Some(10));
         assert!(StackCounts::default().is_zero());
         assert!(!counts(0, 0).is_zero());
     }

@@ -23,7 +23,10 @@ impl ProcessStacks {
     /// counters (and [`ScopeStacks::peak_ns`]) are those of the region with the highest
     /// peak, the latest of equal ones (as valgrind DHAT's t-gmax); each stack's `max_live_*` is its highest in any
     /// region (regions do not overlap in time, and a region's blocks are forgotten at
-    /// its end). Its `start_ns` and `end_ns` are left for the caller to set.
+    /// its end). The regions' allocation clocks are laid end to end
+    /// ([`ScopeStacks::bytes_allocated`] adds up, and the peak's
+    /// [`ScopeStacks::peak_bytes_allocated`] is counted from the first region's start).
+    /// Its `start_ns` and `end_ns` are left for the caller to set.
     pub fn add_scope(&mut self, region: Option<&str>, other: &ProcessStacks) {
         if self.depth_limit == 0 {
             self.depth_limit = other.depth_limit;
@@ -95,8 +98,20 @@ fn merge_scope(total: &mut ScopeStacks, other: &ScopeStacks) {
     let total_peak = peak_bytes(total);
     let replace_peak =
         first || other_peak > total_peak || (other_peak == total_peak && other.peak_ns.is_some());
+    // The scopes' allocation clocks run one after the other: `other`'s starts where
+    // `total`'s stands (unknown once a side's is, as in files before version 2).
+    let offset = match total.bytes_allocated {
+        None if first => Some(0),
+        clock => clock,
+    };
+    total.bytes_allocated = offset
+        .zip(other.bytes_allocated)
+        .map(|(a, b)| a.saturating_add(b));
     if replace_peak {
         total.peak_ns = other.peak_ns;
+        total.peak_bytes_allocated = offset
+            .zip(other.peak_bytes_allocated)
+            .map(|(a, p)| a.saturating_add(p));
         for entry in &mut total.entries {
             clear_peak(&mut entry.counts);
         }
@@ -168,7 +183,7 @@ mod tests {
             at_peak_bytes: peak * (bytes / alloc),
             max_live_bytes: max * (bytes / alloc),
             max_live_blocks: max,
-            total_lifetime_ns: None,
+            total_lifetime: None,
         }
     }
 
@@ -192,6 +207,9 @@ mod tests {
                 .collect(),
             process: ScopeStacks {
                 peak_ns: Some(7),
+                // Each region's peak comes after its first 50 bytes allocated.
+                peak_bytes_allocated: Some(50),
+                bytes_allocated: Some(entries.iter().map(|c| c.alloc_bytes).sum()),
                 entries: entries
                     .into_iter()
                     .enumerate()
@@ -279,16 +297,23 @@ mod tests {
         equal.process.peak_ns = Some(9);
         all.add_scope(Some("b"), &equal);
         assert_eq!(all.process.peak_ns, Some(9), "the latest of equal peaks");
+        assert_eq!(all.process.peak_bytes_allocated, Some(250));
         assert_eq!(all.process.entries[0].counts.at_peak_bytes, 0);
         assert_eq!(all.process.entries[1].counts.at_peak_bytes, 200);
         let lower = region(&["/exe"], &[(0, 0x10)], vec![counts(1, 100, 0, 1, 1)]);
         all.add_scope(Some("c"), &lower);
         assert_eq!(all.process.peak_ns, Some(9), "a lower peak changes nothing");
+        assert_eq!(all.process.peak_bytes_allocated, Some(250));
+        assert_eq!(all.process.bytes_allocated, Some(500));
         assert_eq!(all.process.entries[1].counts.at_peak_bytes, 200);
         let mut higher = region(&["/exe"], &[(0, 0x20)], vec![counts(3, 300, 0, 3, 3)]);
         higher.process.peak_ns = Some(11);
         all.add_scope(None, &higher);
         assert_eq!(all.process.peak_ns, Some(11));
+        // The regions' allocation clocks end to end: 200 + 200 + 100 + 300 bytes, the
+        // peak 50 bytes into the last one.
+        assert_eq!(all.process.bytes_allocated, Some(800));
+        assert_eq!(all.process.peak_bytes_allocated, Some(550));
         assert_eq!(all.process.entries[0].counts.at_peak_bytes, 0);
         assert_eq!(all.process.entries[1].counts.at_peak_bytes, 300);
         assert_eq!(all.process.total().at_peak_bytes, 300);

@@ -100,14 +100,14 @@ fn named(stacks: &ProcessStacks, exe: &Path) -> Vec<(Vec<String>, StackEnd, Stac
                     }
                 })
                 .collect();
-            // Lifetimes are checked apart (`total_lifetimes_*`): they are times.
+            // Lifetimes are checked apart (`total_lifetimes_*`, and call_tree's).
             let counts = e.counts.clone();
             assert!(
-                counts.total_lifetime_ns.is_some(),
+                counts.total_lifetime.is_some(),
                 "no total lifetime: {counts:?}"
             );
             let counts = StackCounts {
-                total_lifetime_ns: None,
+                total_lifetime: None,
                 ..counts
             };
             (names, stack.end, counts)
@@ -139,7 +139,7 @@ fn call_tree_stacks_and_counts_are_exact() {
             at_peak_bytes: at_peak.1,
             max_live_bytes: if alloc_bytes == 1160 { 116 } else { 100 },
             max_live_blocks: 1,
-            total_lifetime_ns: None,
+            total_lifetime: None,
         };
     // Past main: glibc's __libc_start_call_main and __libc_start_main (in libc), then
     // the executable's _start, whose rule ends the stack.
@@ -173,6 +173,21 @@ fn call_tree_stacks_and_counts_are_exact() {
         ),
     ];
     assert_eq!(got, expected, "{stacks:#?}");
+    // On the allocation clock: load's 9 freed blocks were freed before anything else
+    // was allocated (0 each) and its kept one lived through load_other's 300 bytes;
+    // load_other's were freed at once.
+    let lifetimes: Vec<Option<u64>> = {
+        let mut by_bytes: Vec<_> = stacks
+            .process
+            .entries
+            .iter()
+            .map(|e| (e.counts.alloc_bytes, e.counts.total_lifetime))
+            .collect();
+        by_bytes.sort();
+        by_bytes.into_iter().map(|(_, tl)| tl).collect()
+    };
+    assert_eq!(lifetimes, [Some(0), Some(300)]);
+    assert_eq!(stacks.process.bytes_allocated, Some(1460));
     assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
     let total = stacks.process.total();
     assert_eq!(total.alloc_blocks, stats.alloc_calls, "{stats:#?}");
@@ -188,74 +203,72 @@ fn call_tree_stacks_and_counts_are_exact() {
     );
 }
 
-/// Each stack's total lifetime (valgrind DHAT's "tl"): a freed block's from its
-/// allocation to its release, a block live at exit's up to the process's end, as
-/// tests/stacks/lifetimes.c's sleeps bound them from below; the scope's span bounds
-/// them from above. Times, so bounds, not exact values.
+/// Each stack's total lifetime (valgrind DHAT's "tl") on the allocation clock, exactly:
+/// a freed block's is the bytes the process allocated while it was live, a block live
+/// at exit's runs to the process's last allocation, and a realloc's new block is not
+/// in its old block's lifetime (tests/stacks/lifetimes.c says which is which). The
+/// scope's clock and its peak's time on it are exact too.
 #[test]
-fn total_lifetimes_cover_freed_blocks_and_blocks_live_at_exit() {
-    if !require_privileges("total_lifetimes_cover_freed_blocks_and_blocks_live_at_exit") {
+fn total_lifetimes_are_the_bytes_allocated_while_each_block_lived() {
+    if !require_privileges("total_lifetimes_are_the_bytes_allocated_while_each_block_lived") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "lifetimes");
-    // Every block is allocated after this (the kernel's clock is CLOCK_MONOTONIC too).
-    let before = memtrack::monotonic_ns();
-    let (_tracker, mut stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
-    // The live blocks are counted up to when the counters were read: the scope's end.
-    let read_at = stacks.process.end_ns;
-    assert!(read_at > before, "{:?}", stacks.process);
-    let lifetime_of = |stacks: &ProcessStacks, caller: &str| -> (StackCounts, u64) {
-        let entry = stacks
-            .process
-            .entries
-            .iter()
-            .find(|e| {
-                stacks.stacks[e.stack as usize]
-                    .frames
-                    .iter()
-                    .any(|f| symbol_at(&exe, f.lookup_address()).as_deref() == Some(caller))
-            })
-            .unwrap_or_else(|| panic!("no stack through {caller}: {stacks:#?}"));
+    let (tracker, stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
+    let stats = tracker.collect().unwrap();
+    assert_eq!(stats.bytes_allocated, 1271, "{stats:#?}");
+    assert_eq!(stacks.process.bytes_allocated, Some(1271));
+    assert_eq!(stacks.process.peak_bytes_allocated, Some(1015));
+    // Each stack by its two innermost frames: the wrapper that called malloc or
+    // realloc, and the function that called the wrapper.
+    let mut got: Vec<(String, String, u64, Option<u64>)> = stacks
+        .process
+        .entries
+        .iter()
+        .map(|e| {
+            let frames = &stacks.stacks[e.stack as usize].frames;
+            let name = |i: usize| {
+                frames
+                    .get(i)
+                    .and_then(|f| symbol_at(&exe, f.lookup_address()))
+                    .unwrap_or_else(|| "?".into())
+            };
+            (
+                name(0),
+                name(1),
+                e.counts.alloc_blocks,
+                e.counts.total_lifetime,
+            )
+        })
+        .collect();
+    got.sort();
+    // between's loop, if unrolled, calls alloc from three sites: three stacks.
+    let between: Vec<_> = got.iter().filter(|r| r.1 == "between").collect();
+    assert!(
+        between.iter().map(|r| r.2).sum::<u64>() == 3 && between.iter().all(|r| r.3 == Some(0)),
+        "{between:?}"
+    );
+    got.retain(|r| r.1 != "between");
+    let row = |wrapper: &str, caller: &str, blocks, lifetime| {
         (
-            entry.counts.clone(),
-            entry.counts.total_lifetime_ns.unwrap(),
+            wrapper.to_string(),
+            caller.to_string(),
+            blocks,
+            Some(lifetime),
         )
     };
-    const MS: u64 = 1_000_000;
-    let (freed, freed_tl) = lifetime_of(&stacks, "keep_freed");
-    assert_eq!((freed.alloc_blocks, freed.live_blocks), (1, 0));
-    assert!(
-        freed_tl >= 200 * MS,
-        "keep_freed's block lived {freed_tl} ns"
-    );
-    let (live, live_tl) = lifetime_of(&stacks, "keep_live");
-    assert_eq!((live.alloc_blocks, live.live_blocks), (1, 1));
-    assert!(live_tl >= 100 * MS, "keep_live's block lived {live_tl} ns");
-    let (short, short_tl) = lifetime_of(&stacks, "short_lived");
-    assert_eq!((short.alloc_blocks, short.live_blocks), (5, 0));
-    // Each was freed right away: far less than the others' sleeps.
-    assert!(
-        short_tl < 100 * MS,
-        "short_lived's blocks lived {short_tl} ns"
-    );
-    // Moving the end moves only the live blocks' lifetimes, by the live blocks times
-    // the shift.
-    stacks.process.set_end(read_at + 7 * MS);
-    assert_eq!(lifetime_of(&stacks, "keep_live").1, live_tl + 7 * MS);
-    assert_eq!(lifetime_of(&stacks, "keep_freed").1, freed_tl);
-    // No block outlives the span from before the spawn to the read.
-    let span = read_at - before;
-    assert!(
-        freed_tl + short_tl <= span,
-        "{freed_tl} + {short_tl} > {span}"
-    );
-    assert!(live_tl <= span, "{live_tl} > {span}");
-    // keep_freed's block was freed before keep_live's was allocated.
-    assert!(
-        freed_tl + live_tl <= span,
-        "{freed_tl} + {live_tl} > {span}"
-    );
+    let mut expected = vec![
+        row("alloc", "keep_freed", 1, 21),
+        row("alloc", "short_lived", 5, 0),
+        row("alloc", "grow", 1, 0),
+        row("resize", "grow", 1, 80),
+        row("alloc", "keep_live", 1, 30),
+        row("alloc", "tail", 1, 0),
+    ];
+    expected.sort();
+    assert_eq!(got, expected, "{stacks:#?}");
+    assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
 }
 
 /// Stacks deeper than the entry program's first batch are walked on by the unwind

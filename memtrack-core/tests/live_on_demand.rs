@@ -244,15 +244,10 @@ const LATER: u32 =
     memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS - memtrack::LIVE_BLOCKS_AT_LOAD;
 
 /// What tests/programs/hold_blocks.c says one of its children must count.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug)]
 struct ChildExpected {
     pid: u32,
-    alloc_calls: u64,
-    free_calls: u64,
-    bytes_allocated: u64,
-    bytes_freed: u64,
-    failed_allocs: u64,
-    peak_live_bytes: u64,
+    counts: Expected,
 }
 
 /// Runs `hold_blocks BLOCKS PROCESSES` under a tracker of other processes made by
@@ -293,12 +288,14 @@ fn run_hold_blocks(
             };
             ChildExpected {
                 pid: field("pid") as u32,
-                alloc_calls: field("allocs"),
-                free_calls: field("frees"),
-                bytes_allocated: field("bytes_allocated"),
-                bytes_freed: field("bytes_freed"),
-                failed_allocs: field("failed"),
-                peak_live_bytes: field("peak"),
+                counts: Expected {
+                    alloc_calls: field("allocs"),
+                    free_calls: field("frees"),
+                    bytes_allocated: field("bytes_allocated"),
+                    bytes_freed: field("bytes_freed"),
+                    failed_allocs: field("failed"),
+                    peak_live_bytes: field("peak"),
+                },
             }
         })
         .collect();
@@ -310,16 +307,12 @@ fn run_hold_blocks(
 /// none live, unmatched or lost.
 fn assert_child_exact(processes: &[memtrack::TrackedProcess], child: &ChildExpected) {
     let stats = stats_of(processes, child.pid);
-    let counted = ChildExpected {
-        pid: child.pid,
-        alloc_calls: stats.alloc_calls,
-        free_calls: stats.free_calls,
-        bytes_allocated: stats.bytes_allocated,
-        bytes_freed: stats.bytes_freed,
-        failed_allocs: stats.failed_allocs,
-        peak_live_bytes: stats.peak_live_bytes,
-    };
-    assert_eq!(&counted, child, "{stats:#?}");
+    assert_eq!(
+        measured(stats),
+        child.counts,
+        "pid {}: {stats:#?}",
+        child.pid
+    );
     assert_eq!(
         (
             stats.live_blocks,
@@ -405,10 +398,14 @@ fn the_capacity_is_exact_across_the_three_live_maps() {
     let stats = stats_of(&processes, child.pid);
     assert_eq!(stats.lost_events, lost, "{stats:#?}");
     assert_eq!(stats.unmatched_frees, lost, "{stats:#?}");
-    assert_eq!(stats.alloc_calls, child.alloc_calls, "{stats:#?}");
-    assert_eq!(stats.bytes_allocated, child.bytes_allocated);
-    assert_eq!(stats.failed_allocs, child.failed_allocs);
-    assert_eq!(stats.free_calls, child.free_calls - lost, "{stats:#?}");
+    assert_eq!(stats.alloc_calls, child.counts.alloc_calls, "{stats:#?}");
+    assert_eq!(stats.bytes_allocated, child.counts.bytes_allocated);
+    assert_eq!(stats.failed_allocs, child.counts.failed_allocs);
+    assert_eq!(
+        stats.free_calls,
+        child.counts.free_calls - lost,
+        "{stats:#?}"
+    );
     assert_eq!(stats.live_blocks, lost, "{stats:#?}");
     assert_eq!(
         tracker.later_live_blocks(),

@@ -785,9 +785,14 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
                             bpf_ktime_get_ns(),
                         );
                         // Read only by the per-stack at-peak counters (unwind.rs
-                        // `snapshot`): with stacks off the verifier prunes the add.
+                        // `snapshot`) and the stacks' t-gmax: with stacks off the
+                        // verifier prunes both.
                         if crate::unwind::depth() != 0 {
                             atomics::add(&raw mut (*stats).peak_epoch, 1);
+                            core::ptr::write_volatile(
+                                &raw mut (*stats).peak_bytes_allocated,
+                                atomics::load(&raw const (*stats).bytes_allocated),
+                            );
                         }
                     }
                     Some(false) => {}

@@ -672,8 +672,8 @@ const ZERO_COUNTS: KernelStackCounts = KernelStackCounts {
     peak_bytes: 0,
     max_live_bytes: 0,
     max_live_blocks: 0,
-    born_ns_sum: 0,
-    freed_at_ns_sum: 0,
+    born_at_sum: 0,
+    freed_at_sum: 0,
 };
 
 /// The stack's live blocks now: allocated less freed (`KernelStackCounts::live_blocks`,
@@ -718,7 +718,10 @@ fn snapshot(c: *mut KernelStackCounts, stats: *mut PidStats) {
 /// [`LOST_STACK`] when `stack`'s counters could not be created, or [`NO_STACK`] (stacks
 /// off, or not even the lost counters could be created: counted as
 /// `global::STACK_COUNTS_FULL`). Its allocation time goes into the stack's
-/// `born_ns_sum` (CLOCK_MONOTONIC ns), so the block needs no note of it.
+/// `born_at_sum`, so the block needs no note of it: the time on the process's
+/// allocation clock (`PidStats::bytes_allocated`, read from the counters the call
+/// already holds: no clock read) just after this block, whose bytes `count_alloc`
+/// adds to it next.
 #[inline(always)]
 pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u32 {
     if depth() == 0 || stack == NO_STACK {
@@ -731,14 +734,14 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u
             None => return NO_STACK,
         },
     };
-    // SAFETY: a helper without arguments.
-    let born = unsafe { generated::bpf_ktime_get_ns() };
+    // SAFETY: stats points into a live map value.
+    let born = unsafe { atomics::load(&raw const (*stats).bytes_allocated) }.wrapping_add(size);
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
     unsafe {
         atomics::add(&raw mut (*c).alloc_blocks, 1);
         atomics::add(&raw mut (*c).alloc_bytes, size);
-        atomics::add(&raw mut (*c).born_ns_sum, born);
+        atomics::add(&raw mut (*c).born_at_sum, born);
         let now_live = live_bytes(c);
         if now_live > (*c).max_live_bytes {
             (*c).max_live_bytes = now_live;
@@ -749,8 +752,10 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u
 }
 
 /// A live `block` was released: charged to the stack the live map kept with it, its
-/// release time added to the stack's (its lifetime is that less its allocation time,
-/// which `charge_alloc` added).
+/// release time on the allocation clock added to the stack's (its lifetime is that
+/// less its allocation time, which `charge_alloc` added: the bytes the process
+/// allocated while it was live). A realloc releases its old block before counting the
+/// new one, which is not in the old block's lifetime.
 #[inline(always)]
 pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     if depth() == 0 || block.stack == NO_STACK {
@@ -759,13 +764,13 @@ pub fn charge_release(stats: *mut PidStats, tgid: u32, block: &LiveBlock) {
     let Some(c) = counts_of(tgid, block.stack) else {
         return;
     };
-    // SAFETY: a helper without arguments.
-    let now = unsafe { generated::bpf_ktime_get_ns() };
+    // SAFETY: stats points into a live map value.
+    let now = unsafe { atomics::load(&raw const (*stats).bytes_allocated) };
     snapshot(c, stats);
     // SAFETY: c points into a live map value.
     unsafe {
         atomics::add(&raw mut (*c).freed_blocks, 1);
         atomics::add(&raw mut (*c).freed_bytes, block.size);
-        atomics::add(&raw mut (*c).freed_at_ns_sum, now);
+        atomics::add(&raw mut (*c).freed_at_sum, now);
     }
 }

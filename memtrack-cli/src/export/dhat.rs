@@ -4,13 +4,23 @@
 //!
 //! The fields are valgrind's, in its order (its `dh_main.c` describes them):
 //! `dhatFileVersion`, `mode`, `verb`, `bklt` (block lifetimes: yes), `bkacc` (block
-//! accesses: no, memtrack does not see reads and writes), `tu`/`Mtu` (time unit "µs",
-//! as dhat-rs writes), `tuth` (the short-lived threshold, in µs), `cmd`, `pid`, `te` (end),
-//! `tg` (t-gmax), then `pps`, one program point per stack: `tb`/`tbk` total bytes and
-//! blocks, `tl` total lifetimes (µs; left out when the lifetimes were not recorded, so
-//! the viewer shows no number rather than a wrong one), `mb`/`mbk` the stack's own
+//! accesses: no, memtrack does not see reads and writes), `tu`/`Mtu` (the time unit:
+//! "bytes allocated" and "MB allocated", see below), `tuth` (the short-lived threshold,
+//! in the time unit), `cmd`, `pid`, `te` (end), `tg` (t-gmax), then `pps`, one program
+//! point per stack: `tb`/`tbk` total bytes and blocks, `tl` total lifetimes (left out
+//! when the lifetimes were not recorded, so the viewer shows no number rather than a
+//! wrong one), `mb`/`mbk` the stack's own
 //! maximum, `gb`/`gbk` at t-gmax, `eb`/`ebk` at t-end, `fs` frame indices; and `ftbl`,
 //! the frame table, `"[root]"` first.
+//!
+//! Time is memtrack's allocation clock, as valgrind's is the instructions executed: the
+//! requested bytes the scope allocated (`ScopeStacks::bytes_allocated`), so `te` is the
+//! scope's bytes allocated, `tg` those allocated when its live bytes peaked, and a
+//! block's lifetime the bytes allocated while it was live. memtrack's own cost per call
+//! does not stretch it, and a deterministic program gets the same lifetimes in every
+//! run. Files written before stacks file version 2 have no lifetimes and no allocation
+//! clock: theirs are written in µs since the scope's start, as dhat-rs writes, without
+//! `tl`.
 //!
 //! Frames are written the way valgrind writes them: `0xADDR: function (file:line)`, the
 //! address being the call site (return address - 1); `0xADDR: function (in OBJECT)`
@@ -32,8 +42,15 @@ use crate::{
     symbolize::LogicalFrame,
 };
 
-/// The short-lived threshold written as `tuth`, in µs (what dhat-rs writes).
-pub const SHORT_LIVED_US: u64 = 10;
+/// The short-lived threshold written as `tuth`, in bytes allocated: 0, a block released
+/// before the process allocated anything else (what heaptrack calls a temporary
+/// allocation). dh_view's "short-lived" sort shows the stacks whose average lifetime is
+/// at most this.
+pub const SHORT_LIVED_BYTES: u64 = 0;
+
+/// The threshold written for files without the allocation clock, in µs (what dhat-rs
+/// writes).
+const SHORT_LIVED_US: u64 = 10;
 
 #[derive(Serialize)]
 #[allow(non_snake_case)]
@@ -121,7 +138,7 @@ pub fn render(profile: &StackProfile) -> String {
             ProgramPoint {
                 tb: c.alloc_bytes,
                 tbk: c.alloc_blocks,
-                tl: c.total_lifetime_ns.map(micros),
+                tl: c.total_lifetime,
                 mb: c.max_live_bytes,
                 mbk: c.max_live_blocks,
                 gb: c.at_peak_bytes,
@@ -132,20 +149,39 @@ pub fn render(profile: &StackProfile) -> String {
             }
         })
         .collect();
-    let since_start = |ns: u64| micros(ns.saturating_sub(profile.start_ns));
+    // The allocation clock, or µs for files written before it was recorded.
+    let (tu, mtu, tuth, te, tg) = match profile.bytes_allocated {
+        Some(end) => (
+            "bytes allocated",
+            "MB allocated",
+            SHORT_LIVED_BYTES,
+            end,
+            profile.peak_bytes_allocated.unwrap_or(0),
+        ),
+        None => {
+            let since_start = |ns: u64| micros(ns.saturating_sub(profile.start_ns));
+            (
+                "µs",
+                "s",
+                SHORT_LIVED_US,
+                since_start(profile.end_ns),
+                profile.peak_ns.map_or(0, since_start),
+            )
+        }
+    };
     let file = DhatFile {
         dhatFileVersion: 2,
         mode: "heap",
         verb: "Allocated",
         bklt: true,
         bkacc: false,
-        tu: "µs",
-        Mtu: "s",
-        tuth: SHORT_LIVED_US,
+        tu,
+        Mtu: mtu,
+        tuth,
         cmd: profile.command.join(" "),
         pid: profile.pid,
-        te: since_start(profile.end_ns),
-        tg: profile.peak_ns.map_or(0, since_start),
+        te,
+        tg,
         pps,
         ftbl,
     };

@@ -215,7 +215,8 @@ pub fn call_tree_stacks(binary: &Path) -> [Vec<u64>; 2] {
 /// A profile of call_tree (`binary`) with valgrind DHAT's numbers for it: 10 blocks of
 /// 116 bytes through load (9 freed; the peak of 216 bytes has one of them and one of
 /// load_other's), 3 of 100 bytes through load_other (all freed), and 2 lost blocks of
-/// 8 bytes (1 live at the end). Times: start 1 ms, peak 3 ms, end 10 ms (monotonic).
+/// 8 bytes (1 live at the end). Times: start 1 ms, peak 3 ms, end 10 ms (monotonic);
+/// on the allocation clock, the peak after 532 of the 1,476 bytes allocated.
 pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
     let [first, second] = call_tree_stacks(binary);
     let frames = |addresses: &[u64]| {
@@ -241,6 +242,8 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
             start_ns: 1_000_000,
             end_ns: 10_000_000,
             peak_ns: Some(3_000_000),
+            peak_bytes_allocated: Some(532),
+            bytes_allocated: Some(1476),
             entries: vec![
                 StackEntry {
                     stack: 0,
@@ -255,7 +258,7 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
                         at_peak_bytes: 116,
                         max_live_bytes: 116,
                         max_live_blocks: 1,
-                        total_lifetime_ns: Some(25_000),
+                        total_lifetime: Some(2_500),
                     },
                 },
                 StackEntry {
@@ -271,7 +274,7 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
                         at_peak_bytes: 100,
                         max_live_bytes: 100,
                         max_live_blocks: 1,
-                        total_lifetime_ns: Some(4_000),
+                        total_lifetime: Some(400),
                     },
                 },
             ],
