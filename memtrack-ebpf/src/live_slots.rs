@@ -86,18 +86,27 @@ fn owned(t: &Thread, slot: *const LiveSlot) -> bool {
 /// the capacity less what user space gave back); false when none is left.
 #[inline(always)]
 pub fn take_unit() -> bool {
+    memtrack_take_unit() == 1
+}
+
+/// [`take_unit`], as a BPF global function (verified once, see verified_once.rs): its
+/// compare-and-swap loop was walked again at each of its callers' paths, and a pair
+/// whose slot is `FREE` never calls it. Returns 1 when it took a unit, else 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn memtrack_take_unit() -> i32 {
     let capacity = beyond_capacity();
     if capacity == 0 {
-        return false;
+        return 0;
     }
     let (Some(count), Some(purged)) = (
         GLOBAL.get_ptr_mut(global::LIVE_BEYOND_COUNT),
         GLOBAL.get_ptr(global::LIVE_BEYOND_PURGED),
     ) else {
-        return false;
+        return 0;
     };
     // `None`: contended beyond the tries; the caller goes on as with none left.
-    atomics::add_below(count, atomics::load(purged), capacity) == Some(true)
+    i32::from(atomics::add_below(count, atomics::load(purged), capacity) == Some(true))
 }
 
 /// Gives back one unit taken by [`take_unit`].
