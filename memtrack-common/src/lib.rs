@@ -506,8 +506,9 @@ pub struct LiveSlot {
 ///
 /// A block goes into the slot of its (tgid, address) when that slot is free, else into
 /// the live-block hash maps; a release looks at the slot first. A slot's `tag` says
-/// what it holds: a block's [`tag`], or one of the states below. Every slot that holds a
-/// block or is [`FREE`] holds one unit of the live-block capacity beyond `LIVE`'s,
+/// what it holds: a block's [`tag`](live_slot::tag), or one of the states below. Every
+/// slot that holds a block or is [`FREE`](live_slot::FREE) holds one unit of the
+/// live-block capacity beyond `LIVE`'s,
 /// counted in `global::LIVE_BEYOND_COUNT` (with the overflow maps' entries): the slots
 /// and the maps together hold exactly the configured capacity.
 pub mod live_slot {
