@@ -25,7 +25,9 @@ const DEEP_LOOPS_C: &str = include_str!("../programs/deep_loops.c");
 
 /// The compiled workloads; dropping it removes the temporary directory.
 pub struct Programs {
-    dir: PathBuf,
+    /// Made with a random name, exclusively, mode 0700 (the runner runs as root: a
+    /// predictable name under /tmp could be planted in advance).
+    dir: tempfile::TempDir,
     /// `alloc_loops MODE OPS`.
     pub alloc_loops: PathBuf,
     /// `new_delete OPS`.
@@ -39,14 +41,15 @@ pub struct Programs {
 impl Programs {
     /// Writes the sources into a fresh temporary directory and compiles them.
     pub fn build() -> BenchResult<Programs> {
-        let dir = std::env::temp_dir().join(format!("memtrack-benches-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let dir = tempfile::Builder::new()
+            .prefix("memtrack-benches-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
         let programs = Programs {
-            alloc_loops: dir.join("alloc_loops"),
-            new_delete: dir.join("new_delete"),
-            threads: dir.join("threads"),
-            deep_loops: dir.join("deep_loops"),
+            alloc_loops: dir.path().join("alloc_loops"),
+            new_delete: dir.path().join("new_delete"),
+            threads: dir.path().join("threads"),
+            deep_loops: dir.path().join("deep_loops"),
             dir,
         };
         programs.write("timing.h", TIMING_H)?;
@@ -59,12 +62,12 @@ impl Programs {
 
     /// Where tracked runs' stdout goes (one run at a time; overwritten by each).
     pub fn stdout_file(&self) -> PathBuf {
-        self.dir.join("stdout.txt")
+        self.dir.path().join("stdout.txt")
     }
 
     /// Writes `text` into the temporary directory as `name`.
     fn write(&self, name: &str, text: &str) -> BenchResult<PathBuf> {
-        let path = self.dir.join(name);
+        let path = self.dir.path().join(name);
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(path)
     }
@@ -74,6 +77,7 @@ impl Programs {
         let src = self.write(file, source)?;
         let out = self
             .dir
+            .path()
             .join(Path::new(file).file_stem().unwrap_or_default());
         let status = Command::new(compiler)
             .args(["-O2", "-Wall", "-o"])
@@ -86,11 +90,5 @@ impl Programs {
             return Err(format!("{compiler} failed to compile {file} ({status})").into());
         }
         Ok(())
-    }
-}
-
-impl Drop for Programs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

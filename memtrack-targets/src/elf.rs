@@ -511,8 +511,8 @@ mod tests {
 
     #[test]
     fn rejects_non_elf_and_non_x86_64() {
-        let dir = std::env::temp_dir().join(format!("memtrack-targets-elf-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let text = dir.join("not-elf");
         std::fs::write(&text, b"#!/bin/sh\necho hello, this is not an ELF file\n").unwrap();
         assert!(matches!(allocator_targets(&text), Err(Error::Elf { .. })));
@@ -535,7 +535,6 @@ mod tests {
             allocator_targets(&missing),
             Err(Error::Io { path, .. }) if path == missing
         ));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn libc_targets() -> Vec<ProbeTarget> {

@@ -5,13 +5,12 @@ use std::{path::PathBuf, sync::OnceLock};
 
 use crate::{compile_c, fixtures_dir};
 
-/// Compiles every C fixture once per test binary (into a temporary directory) and
-/// returns the path of the named one.
+/// Compiles every C fixture once per test binary (into a [`scratch_dir`](crate::scratch_dir),
+/// removed when the test binary exits) and returns the path of the named one.
 pub fn fixture(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!("memtrack-fixtures-{}", std::process::id()));
-        std::fs::create_dir_all(&out).unwrap();
+        let out = crate::scratch_dir("memtrack-fixtures-");
         for entry in std::fs::read_dir(fixtures_dir()).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "c") {

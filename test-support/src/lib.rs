@@ -2,8 +2,10 @@
 //! integrations), so every suite gates privileged tests and builds fixtures the same way.
 
 mod fixtures;
+mod scratch;
 
 pub use fixtures::{check_single_fixture, diff, expected, fixture};
+pub use scratch::scratch_dir;
 
 use std::{
     io::Write,

@@ -55,12 +55,12 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Builds every program once (into a temporary directory kept for the test binary).
+/// Builds every program once (into a temporary directory kept until the test binary
+/// exits: `memtrack_test_support::scratch_dir`).
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("memtrack-stacks-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = memtrack_test_support::scratch_dir("memtrack-stacks-");
         let src = sources();
         let flags = ["-O2", "-g", "-fomit-frame-pointer"];
         let call_tree = dir.join("call_tree");
