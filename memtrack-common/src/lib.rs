@@ -775,6 +775,7 @@ mod pod {
     unsafe impl aya::Pod for super::PidStats {}
     unsafe impl aya::Pod for super::LiveKey {}
     unsafe impl aya::Pod for super::LiveBlock {}
+    unsafe impl aya::Pod for super::LiveSlot {}
     unsafe impl aya::Pod for super::ProcessSlot {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::ReleaseMark {}

@@ -8,8 +8,9 @@
 //! slots share that room; `memtrack::testing::test_tracker` has none, so it uses no
 //! slot) and count on this thread alone.
 
+use aya::maps::{Array, Map, MapData};
 use memtrack::{Scope, Stats, Tracker};
-use memtrack_common::live_slot;
+use memtrack_common::{LiveSlot, live_slot, map_names};
 use memtrack_test_support::require_privileges;
 
 /// A tracker of this thread whose blocks may go into the slots (the default capacity
@@ -119,6 +120,88 @@ fn blocks_sharing_a_slot_release_exactly() {
         "{stats:#?}"
     );
     assert_eq!(tracker.unattributed_lost_events(), 0);
+}
+
+/// Every `LIVE_SLOTS` array the kernel holds (one per loaded tracker, of any process;
+/// this binary's tests run side by side, each with its own), found by name.
+fn slot_arrays() -> Vec<Array<MapData, LiveSlot>> {
+    aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|info| info.name_as_str() == Some(map_names::LIVE_SLOTS))
+        .filter_map(|info| MapData::from_id(info.id()).ok())
+        .filter_map(|data| Array::try_from(Map::Array(data)).ok())
+        .collect()
+}
+
+/// Whether `slot` holds this process's block at `p` (its tag without the generation
+/// bits is the address).
+fn holds(slot: &LiveSlot, p: *mut libc::c_void) -> bool {
+    slot.tgid == std::process::id() && slot.tag & (live_slot::ADDR_LIMIT - 1) == p as u64
+}
+
+/// The slots are used: a block whose slot is free is held in it while it lives (not in
+/// the hash maps), and its release leaves the slot. The other tests here count exactly
+/// whichever way a block goes; this one fails if blocks stopped going into slots.
+#[test]
+fn a_block_whose_slot_is_free_is_held_in_it() {
+    if !require_privileges("a_block_whose_slot_is_free_is_held_in_it") {
+        return;
+    }
+    const BLOCKS: usize = 16;
+    let mut tracker = slot_tracker();
+    let arrays = slot_arrays();
+    assert!(
+        !arrays.is_empty(),
+        "no {} map loaded",
+        map_names::LIVE_SLOTS
+    );
+    let mut blocks = [std::ptr::null_mut(); BLOCKS];
+    // Which array holds each block (index into `arrays`), read while it lives.
+    let mut held_in = [None; BLOCKS];
+    tracker.start().unwrap();
+    for p in blocks.iter_mut() {
+        // SAFETY: plain libc allocation.
+        *p = unsafe { libc::malloc(48) };
+        assert!(!p.is_null());
+    }
+    // Array lookups are syscalls with the value on the stack: no allocation here.
+    for (i, &p) in blocks.iter().enumerate() {
+        held_in[i] = arrays.iter().position(|a| {
+            a.get(&slot_of(p), 0)
+                .is_ok_and(|slot: LiveSlot| holds(&slot, p))
+        });
+    }
+    for p in blocks {
+        // SAFETY: a live block from malloc above, freed once.
+        unsafe { libc::free(p) };
+    }
+    let still_held = blocks
+        .iter()
+        .zip(held_in)
+        .filter(|(p, array)| {
+            array.is_some_and(|a| {
+                arrays[a]
+                    .get(&slot_of(**p), 0)
+                    .is_ok_and(|slot: LiveSlot| holds(&slot, **p))
+            })
+        })
+        .count();
+    tracker.stop().unwrap();
+    let stats = tracker.collect().unwrap();
+    let n = BLOCKS as u64;
+    assert_eq!(
+        counters(&stats),
+        (n, n, 48 * n, 48 * n, 0, 0, 0),
+        "{stats:#?}"
+    );
+    // 16 blocks in 4,096 slots: two sharing one (the second goes to the hash maps) is
+    // rare; none held would mean the slots are not used.
+    let held = held_in.iter().filter(|a| a.is_some()).count();
+    assert!(
+        held >= BLOCKS / 2,
+        "only {held} of {BLOCKS} live blocks were in their slots: {held_in:?}"
+    );
+    assert_eq!(still_held, 0, "a released block still in its slot");
 }
 
 /// A reset (a benchmark region's start) forgets the blocks in the slots as it forgets
