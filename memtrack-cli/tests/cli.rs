@@ -117,8 +117,12 @@ fn exit_code_is_the_commands() {
     if !require_privileges("exit_code") {
         return;
     }
+    // Without -o: the default results directories go into a temporary TMPDIR, removed
+    // after the test (they used to stay in /tmp).
+    let tmp = tempfile::tempdir().unwrap();
     let status = memtrack()
         .args(["run", "--", "sh", "-c", "exit 7"])
+        .env("TMPDIR", tmp.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -126,11 +130,14 @@ fn exit_code_is_the_commands() {
     assert_eq!(status.code(), Some(7));
     let status = memtrack()
         .args(["run", "--", "sh", "-c", "kill -TERM $$"])
+        .env("TMPDIR", tmp.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(128 + 15));
+    let made = std::fs::read_dir(tmp.path()).unwrap().count();
+    assert_eq!(made, 2, "one results directory per run");
 }
 
 #[test]
