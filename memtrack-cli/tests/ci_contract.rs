@@ -341,16 +341,18 @@ fn report_finds_results_below_the_directory_given() {
     );
 }
 
-/// tests/programs/scaled_regions, built once for this test binary.
+/// tests/programs/scaled_regions, built once for this test binary (into a scratch
+/// directory removed when it exits: a static is never dropped).
 fn scaled_regions() -> &'static Path {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, path) = BUILT.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let source = repo_dir().join("tests/programs/scaled_regions.c");
-        let path = compile_c(&source, dir.path(), &[]);
-        (dir, path)
-    });
-    path
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = memtrack_test_support::scratch_dir("memtrack-scaled-regions-");
+        compile_c(
+            &repo_dir().join("tests/programs/scaled_regions.c"),
+            &dir,
+            &[],
+        )
+    })
 }
 
 /// `memtrack run -o DIR -- scaled_regions` with SCALED_PERCENT=`percent`.

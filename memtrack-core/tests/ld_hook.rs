@@ -10,19 +10,18 @@ use std::{path::PathBuf, sync::OnceLock};
 use memtrack::{CommandSpec, Stats, Tracker, UprobeLinks};
 use memtrack_test_support::{compile_c, repo_dir, require_privileges};
 
+/// tests/programs/ld_hook_signals, built once for this test binary (into a scratch
+/// directory removed when it exits: a static is never dropped).
 fn program() -> &'static PathBuf {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BUILT
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let bin = compile_c(
-                &repo_dir().join("tests/programs/ld_hook_signals.c"),
-                dir.path(),
-                &[],
-            );
-            (dir, bin)
-        })
-        .1
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = memtrack_test_support::scratch_dir("memtrack-ld-hook-");
+        compile_c(
+            &repo_dir().join("tests/programs/ld_hook_signals.c"),
+            &dir,
+            &[],
+        )
+    })
 }
 
 /// Runs the program blocking `blocked`, its probes attached as `links` say; returns its
