@@ -8,12 +8,11 @@ use std::{
     os::unix::fs::symlink,
     path::{Path, PathBuf},
     process::{Command, Output},
-    sync::OnceLock,
 };
 
 use memtrack::{BenchmarkStats, MemtrackResult, Stats, TrackedProcess};
 use memtrack_cli::exit_code::{LIMIT_EXCEEDED, LOST_EVENTS, MEMTRACK_FAILED};
-use memtrack_test_support::{compile_c, fixture, repo_dir, require_privileges};
+use memtrack_test_support::{fixture, require_privileges};
 
 fn memtrack(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_memtrack"));
@@ -341,18 +340,9 @@ fn report_finds_results_below_the_directory_given() {
     );
 }
 
-/// tests/programs/scaled_regions, built once for this test binary (into a scratch
-/// directory removed when it exits: a static is never dropped).
-fn scaled_regions() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = memtrack_test_support::scratch_dir("memtrack-scaled-regions-");
-        compile_c(
-            &repo_dir().join("tests/programs/scaled_regions.c"),
-            &dir,
-            &[],
-        )
-    })
+/// tests/programs/scaled_regions, built once for this test binary.
+fn scaled_regions() -> PathBuf {
+    memtrack_test_support::program("scaled_regions")
 }
 
 /// `memtrack run -o DIR -- scaled_regions` with SCALED_PERCENT=`percent`.

@@ -5,23 +5,14 @@
 //! silently. tests/programs/ld_hook_signals.c checks the program's side (its handlers
 //! ran exactly for the signals it raised) and exits 0 if so.
 
-use std::{path::PathBuf, sync::OnceLock};
+use std::path::PathBuf;
 
 use memtrack::{CommandSpec, Stats, Tracker, UprobeLinks};
-use memtrack_test_support::{compile_c, repo_dir, require_privileges};
+use memtrack_test_support::require_privileges;
 
-/// tests/programs/ld_hook_signals, built once for this test binary (into a scratch
-/// directory removed when it exits: a static is never dropped).
-fn program() -> &'static PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = memtrack_test_support::scratch_dir("memtrack-ld-hook-");
-        compile_c(
-            &repo_dir().join("tests/programs/ld_hook_signals.c"),
-            &dir,
-            &[],
-        )
-    })
+/// tests/programs/ld_hook_signals, built once for this test binary.
+fn program() -> PathBuf {
+    memtrack_test_support::program("ld_hook_signals")
 }
 
 /// Runs the program blocking `blocked`, its probes attached as `links` say; returns its

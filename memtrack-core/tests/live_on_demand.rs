@@ -416,66 +416,26 @@ fn the_capacity_is_exact_across_the_three_live_maps() {
 }
 
 /// tests/programs/live_shadow.c under a tracker of other processes, its steps driven
-/// over two pipes (it writes a byte to fd 3 at each step and waits for one on fd 4;
-/// `at_step` runs in between, with the program's pid); returns the tracker (waited for),
-/// the program's pid and what it printed: (reused, allocs, frees).
+/// over two pipes (`memtrack_test_support::run_stepped`; `at_step` runs at each step,
+/// with the program's pid); returns the tracker (waited for), the program's pid and what
+/// it printed: (reused, allocs, frees).
 fn run_live_shadow(
     mode: &str,
     env: &[(&str, &str)],
     mut at_step: impl FnMut(&memtrack::ProcessTracker, u32),
 ) -> (memtrack::ProcessTracker, u32, (u64, u64, u64)) {
-    use std::{
-        io::{Read, Write},
-        os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    };
-    let pipe = || {
-        let mut fds = [0; 2];
-        // SAFETY: a plain pipe(2) into a two-element array.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: both descriptors are new and ours.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    };
-    let (steps_read, steps_write) = pipe();
-    let (go_read, go_write) = pipe();
-    let dir = tempfile::tempdir().unwrap();
-    let program = memtrack_test_support::compile_c(
-        &memtrack_test_support::repo_dir().join("tests/programs/live_shadow.c"),
-        dir.path(),
-        &[],
+    let run = memtrack_test_support::run_stepped(
+        &memtrack_test_support::program("live_shadow"),
+        |spec| {
+            env.iter()
+                .fold(spec.args([mode]), |spec, (k, v)| spec.env(k, v))
+        },
+        Tracker::builder(),
+        |tracker, pid, _| at_step(tracker, pid),
     );
-    let out_path = dir.path().join("out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut spec = memtrack::CommandSpec::new(&program)
-        .args([mode])
-        .fd(1, out.as_raw_fd())
-        .fd(3, steps_write.as_raw_fd())
-        .fd(4, go_read.as_raw_fd());
-    for (k, v) in env {
-        spec = spec.env(k, v);
-    }
-    let tracker = Tracker::builder().spawn(spec).unwrap();
-    let pid = tracker.pid();
-    // Only the program holds these ends now: its exit ends the steps.
-    drop((steps_write, go_read));
-    let mut steps = std::fs::File::from(steps_read);
-    let mut go = std::fs::File::from(go_write);
-    let mut byte = [0u8; 1];
-    while steps.read(&mut byte).unwrap() == 1 {
-        at_step(&tracker, pid);
-        go.write_all(b"g").unwrap();
-    }
-    let status = tracker.wait().unwrap();
-    assert_eq!(status.code, Some(0), "live_shadow {mode}");
-    let text = std::fs::read_to_string(&out_path).unwrap();
-    let field = |name: &str| -> u64 {
-        text.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
-            .parse()
-            .unwrap()
-    };
-    let printed = (field("reused"), field("allocs"), field("frees"));
-    (tracker, pid, printed)
+    assert_eq!(run.status.code, Some(0), "live_shadow {mode}");
+    let printed = (run.field("reused"), run.field("allocs"), run.field("frees"));
+    (run.tracker, run.pid, printed)
 }
 
 /// Once the later preallocated entries exist, a new block goes straight into them,

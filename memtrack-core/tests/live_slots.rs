@@ -256,72 +256,31 @@ struct Printed {
 /// counting from its first step to its second; returns its counters and what it
 /// printed.
 fn run_slot_threads(args: &[&str]) -> (Stats, Printed) {
-    use std::{
-        io::{Read, Write},
-        os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    };
-    let pipe = || {
-        let mut fds = [0; 2];
-        // SAFETY: a plain pipe(2) into a two-element array.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: both descriptors are new and ours.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    };
-    let (steps_read, steps_write) = pipe();
-    let (go_read, go_write) = pipe();
-    let dir = tempfile::tempdir().unwrap();
-    let program = memtrack_test_support::compile_c(
-        &memtrack_test_support::repo_dir().join("tests/programs/slot_threads.c"),
-        dir.path(),
-        &[],
-    );
-    let out_path = dir.path().join("out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let spec = memtrack::CommandSpec::new(&program)
-        .args(args.iter().copied())
-        .fd(1, out.as_raw_fd())
-        .fd(3, steps_write.as_raw_fd())
-        .fd(4, go_read.as_raw_fd());
-    let tracker = Tracker::builder()
+    let builder = Tracker::builder()
         .count_syscalls(false)
-        .start_enabled(false)
-        .spawn(spec)
-        .unwrap();
-    let pid = tracker.pid();
-    // Only the program holds these ends now: its exit ends the steps.
-    drop((steps_write, go_read));
-    let mut steps = std::fs::File::from(steps_read);
-    let mut go = std::fs::File::from(go_write);
-    let mut byte = [0u8; 1];
-    let mut step = 0;
-    while steps.read(&mut byte).unwrap() == 1 {
-        step += 1;
+        .start_enabled(false);
+    let run = memtrack_test_support::run_stepped(
+        &memtrack_test_support::program("slot_threads"),
+        |spec| spec.args(args.iter().copied()),
+        builder,
         // On for the work, off again after it.
-        tracker
-            .control()
-            .set_process_enabled(pid, step == 1)
-            .unwrap();
-        go.write_all(b"g").unwrap();
-    }
-    assert_eq!(step, 2, "slot_threads {args:?}");
-    let status = tracker.wait().unwrap();
-    assert_eq!(status.code, Some(0), "slot_threads {args:?}");
-    assert_eq!(tracker.unattributed_lost_events(), 0);
-    let text = std::fs::read_to_string(&out_path).unwrap();
-    let field = |name: &str| -> u64 {
-        text.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
-            .parse()
-            .unwrap()
-    };
+        |tracker, pid, step| {
+            tracker
+                .control()
+                .set_process_enabled(pid, step == 1)
+                .unwrap();
+        },
+    );
+    assert_eq!(run.steps, 2, "slot_threads {args:?}");
+    assert_eq!(run.status.code, Some(0), "slot_threads {args:?}");
+    assert_eq!(run.tracker.unattributed_lost_events(), 0);
     let printed = Printed {
-        allocs: field("allocs"),
-        frees: field("frees"),
-        bytes: field("bytes"),
-        unmatched: field("unmatched"),
+        allocs: run.field("allocs"),
+        frees: run.field("frees"),
+        bytes: run.field("bytes"),
+        unmatched: run.field("unmatched"),
     };
-    (tracker.collect().unwrap(), printed)
+    (run.tracker.collect().unwrap(), printed)
 }
 
 /// Blocks allocated on one thread and released on another while in their slots, both

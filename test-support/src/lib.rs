@@ -3,9 +3,11 @@
 
 mod fixtures;
 mod scratch;
+mod stepped;
 
 pub use fixtures::{check_single_fixture, diff, expected, fixture};
 pub use scratch::scratch_dir;
+pub use stepped::{Stepped, program, run_stepped};
 
 use std::{
     io::Write,
