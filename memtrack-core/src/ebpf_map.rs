@@ -15,18 +15,20 @@ pub(crate) fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> 
     }
 }
 
+/// The error for map `name` missing from the object (or taken out of it already).
+pub(crate) fn no_such_map(name: &'static str) -> Error {
+    map_err(name)(aya::maps::MapError::InvalidName {
+        name: name.to_string(),
+    })
+}
+
 /// Takes map `name` out of `object` as a `T`; an error if the object has no such map
 /// (or it was taken) or it is not a `T`.
 pub(crate) fn take_map<T>(object: &mut Object, name: &'static str) -> Result<T>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
-    let map = object.take_map(name).ok_or(Error::Map {
-        map: name,
-        source: Box::new(aya::maps::MapError::InvalidName {
-            name: name.to_string(),
-        }),
-    })?;
+    let map = object.take_map(name).ok_or_else(|| no_such_map(name))?;
     T::try_from(map.map_err(map_err(name))?).map_err(map_err(name))
 }
 

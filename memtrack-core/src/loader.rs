@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     bpf_object::{self, LoadError, Object},
     detach::Detachable,
-    ebpf_map::{map_err, map_from_fd, take_map},
+    ebpf_map::{map_err, map_from_fd, no_such_map, take_map},
     error::{Error, Result},
     live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks, LiveMore},
     live_slots::LiveSlots,
@@ -596,11 +596,11 @@ impl Engine {
         let live_on_demand = take_map(&mut object, map_names::LIVE_ON_DEMAND)?;
         let live_slots = object
             .map_fd(map_names::LIVE_SLOTS)
-            .ok_or(aya::maps::MapError::InvalidName {
-                name: map_names::LIVE_SLOTS.to_string(),
-            })
-            .and_then(|fd| LiveSlots::map(fd).map_err(aya::maps::MapError::IoError))
-            .map_err(map_err(map_names::LIVE_SLOTS))?;
+            .ok_or_else(|| no_such_map(map_names::LIVE_SLOTS))
+            .and_then(|fd| {
+                LiveSlots::map(fd)
+                    .map_err(|e| map_err(map_names::LIVE_SLOTS)(aya::maps::MapError::IoError(e)))
+            })?;
         let global = take_map(&mut object, map_names::GLOBAL)?;
         let ld_hook_stops = take_map(&mut object, map_names::LD_HOOK_STOPS)?;
         let ld_hook_misses = take_map(&mut object, map_names::LD_HOOK_MISSES)?;
