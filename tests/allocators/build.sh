@@ -1,5 +1,9 @@
 #!/bin/sh
-# Build every allocator fixture into OUT_DIR (default /tmp/memtrack-allocators).
+# Build every allocator fixture into OUT_DIR, a directory this user owns (made if
+# missing), or by default into a new directory with a random name under
+# ${TMPDIR:-/tmp}, printed at the end (as root, a fixed name under /tmp could be
+# planted by another user in advance: a given OUT_DIR must not be a link or someone
+# else's).
 # Never writes into the repository (cargo's target dir is OUT_DIR/rust-target;
 # Cargo.lock is committed and used with --locked).
 #
@@ -12,11 +16,19 @@
 # Idempotent: rebuilds everything each time (cargo only what changed).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-/tmp/memtrack-allocators}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-
 die() { echo "build.sh: $*" >&2; exit 1; }
+if [ $# -eq 0 ]; then
+    out=$(mktemp -d "${TMPDIR:-/tmp}/memtrack-allocators.XXXXXX")
+elif [ -L "$1" ]; then
+    die "$1 is a symbolic link: give a directory you own"
+elif [ -e "$1" ]; then
+    { [ -d "$1" ] && [ -O "$1" ]; } || die "$1 is not a directory you own"
+    out=$1
+else
+    { mkdir -p "$(dirname "$1")" && mkdir -m 700 "$1"; } || die "cannot make $1"
+    out=$1
+fi
+out=$(cd "$out" && pwd)
 
 command -v gcc >/dev/null || die "gcc not found (apt-get install gcc)"
 command -v g++ >/dev/null || die "g++ not found (apt-get install g++)"

@@ -9,7 +9,8 @@ and prints which entry points each fixture reached (outermost, nested, and
 traced but not probed: libstdc++'s operators).
 
 usage: python3 tools/verify.py [--out DIR] [--no-build] [--only NAME,...]
-Writes only under --out (default /tmp/memtrack-allocators-verify).
+Writes only under --out (default: a new directory memtrack-allocators-verify-XXXXXXXX
+under $TMPDIR or /tmp, printed); --no-build needs --out (a directory built before).
 """
 import json
 import os
@@ -20,6 +21,7 @@ import tempfile
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from memtrack_model import accounting, dhat as dhat_output  # noqa: E402
+from memtrack_model.outdir import out_dir  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -101,7 +103,11 @@ def reached(evs, img):
 
 def main():
     args = sys.argv[1:]
-    out = args[args.index("--out") + 1] if "--out" in args else "/tmp/memtrack-allocators-verify"
+    if "--no-build" in args and "--out" not in args:
+        raise SystemExit("--no-build needs --out DIR: the directory built before")
+    out = out_dir(args[args.index("--out") + 1] if "--out" in args else None,
+                  "memtrack-allocators-verify-")
+    print("writing into " + out)
     only = args[args.index("--only") + 1].split(",") if "--only" in args else None
     if "--no-build" not in args:
         subprocess.run([os.path.join(ROOT, "build.sh"), out], check=True)

@@ -9,6 +9,8 @@ library, no dependencies.
   dhat.py        valgrind DHAT summary lines -> expected.json "dhat" fields
   gdbtrace.py    entry/return breakpoints and the call stacks of the gdb tracers
                  (inside gdb only)
+  outdir.py      out_dir(): the tools' output directory (a new random one by default,
+                 a given one checked: not a link, not another user's)
 
 Scripts import it with
     sys.dont_write_bytecode = True  # keep the source tree clean
