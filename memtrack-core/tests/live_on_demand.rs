@@ -259,11 +259,7 @@ fn run_hold_blocks(
 ) -> (memtrack::ProcessTracker, Vec<ChildExpected>) {
     use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
-    let program = memtrack_test_support::compile_c(
-        &memtrack_test_support::repo_dir().join("tests/programs/hold_blocks.c"),
-        dir.path(),
-        &[],
-    );
+    let program = memtrack_test_support::program("hold_blocks");
     let out_path = dir.path().join("out");
     let out = std::fs::File::create(&out_path).unwrap();
     let tracker = builder
