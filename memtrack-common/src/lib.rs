@@ -573,7 +573,7 @@ pub struct LiveKey {
 ///
 /// A released block's entry is not deleted at once: its `size` becomes
 /// [`LiveBlock::RELEASED`], and the thread that released it deletes it later, unless the
-/// address is handed out again first (memtrack-ebpf's account.rs says why). Readers of
+/// address is handed out again first (memtrack-ebpf's live_maps.rs says why). Readers of
 /// the map skip entries that are not [`LiveBlock::is_live`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

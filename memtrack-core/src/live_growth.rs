@@ -2,7 +2,7 @@
 //! ([`LIVE_BLOCKS_AT_LOAD`] says why): a thread watches until the tracked processes keep
 //! [`GROW_AT_LIVE_BLOCKS`] blocks live (or spill past `LIVE`), then makes the map of the
 //! other preallocated entries and puts it in `LIVE_MORE`, where the programs look for it
-//! (memtrack-ebpf's account.rs). Blocks that go live beyond `LIVE` before that are kept
+//! (memtrack-ebpf's live_maps.rs). Blocks that go live beyond `LIVE` before that are kept
 //! in `LIVE_ON_DEMAND`, which has room for all of them: no call waits for the map, and
 //! none is lost for want of it.
 

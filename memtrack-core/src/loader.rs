@@ -1019,7 +1019,7 @@ impl Engine {
             .as_mut()
             .map_or(0, |more| purge(more, pid));
         // After the deletions, so that the programs' counts less these are never below
-        // what the maps hold (memtrack-ebpf's account.rs).
+        // what the maps hold (memtrack-ebpf's live_maps.rs).
         if on_demand != 0 {
             self.on_demand_purged += on_demand;
             let _ = self

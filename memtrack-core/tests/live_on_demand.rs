@@ -436,7 +436,7 @@ fn run_live_shadow(
 
 /// Once the later preallocated entries exist, a new block goes straight into them,
 /// without looking for an older entry of its address in the first map ("Newest first",
-/// memtrack-ebpf's account.rs). A block released while counting was off leaves its
+/// memtrack-ebpf's live_maps.rs). A block released while counting was off leaves its
 /// entry in the first map; the allocator hands its address out again with counting on:
 /// the new block is counted and released exactly (found before the older entry), and
 /// the old one stays live in the counts, as a block released while not counting does.

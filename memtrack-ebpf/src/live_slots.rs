@@ -16,7 +16,7 @@
 //!   compare-and-swap tag -> `FREE`: of two threads releasing one block at once, one
 //!   wins, the other finds it gone (a double free, unmatched as before);
 //! - the releasing thread empties its `FREE` slot (and gives its unit back) at its next
-//!   call about another slot, as it deletes a hash-map tombstone (`account::
+//!   call about another slot, as it deletes a hash-map tombstone (`live_maps::
 //!   flush_released`); user space empties a process's slots when it forgets or resets
 //!   it, and every `FREE` one.
 //!
@@ -27,14 +27,15 @@
 //! address whose block is now in its slot is a released one (a tombstone, deleted by
 //! its thread) or one whose release was never seen (released while not counting): a
 //! release looks at the slot first, so it finds the newer block, as the hash maps'
-//! "newest first" rule does (account.rs).
+//! "newest first" rule does (live_maps.rs).
 
 use memtrack_common::{LiveBlock, LiveSlot, global, live_slot};
 
 use crate::{
-    account::{Thread, beyond_capacity},
     atomics,
+    live_capacity::beyond_capacity,
     maps::{GLOBAL, LIVE_SLOTS},
+    thread::Thread,
 };
 
 /// What a release found in the slot of its block.
@@ -143,7 +144,7 @@ fn claim(t: &Thread, slot: *mut LiveSlot, tag: u64) -> bool {
 }
 
 /// Records `block` at `addr` in its slot when the slot is free: true when it did (the
-/// caller then puts it in no hash map). Called after `account::flush_released`, so a
+/// caller then puts it in no hash map). Called after `live_maps::flush_released`, so a
 /// `FREE` slot the thread left behind elsewhere has given its unit back. Inlined (in
 /// `memtrack_make_live`): as a global function of its own it verified no fewer
 /// instructions, and cost every allocation a BPF-to-BPF call, whose return goes

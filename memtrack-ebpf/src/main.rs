@@ -17,6 +17,10 @@ mod global_count;
 #[cfg(target_arch = "bpf")]
 mod ld_hook;
 #[cfg(target_arch = "bpf")]
+mod live_capacity;
+#[cfg(target_arch = "bpf")]
+mod live_maps;
+#[cfg(target_arch = "bpf")]
 mod live_slots;
 #[cfg(target_arch = "bpf")]
 mod maps;
@@ -24,6 +28,8 @@ mod maps;
 mod stack_cache;
 #[cfg(target_arch = "bpf")]
 mod syscalls;
+#[cfg(target_arch = "bpf")]
+mod thread;
 #[cfg(target_arch = "bpf")]
 mod unwind;
 #[cfg(target_arch = "bpf")]

@@ -46,11 +46,11 @@ pub static STATS: Array<PidStats> = Array::with_max_entries(MAX_TRACKED_PROCESSE
 
 /// (tgid, address) -> requested size in bytes and stack id of every live block allocated
 /// while tracked (and, briefly, the last block each thread released: see
-/// `account::flush_released`), in up to three maps: this one, preallocated, holds the
+/// `live_maps::flush_released`), in up to three maps: this one, preallocated, holds the
 /// first blocks (`memtrack_common::DEFAULT_PREALLOCATED_LIVE_BLOCKS` unless user space
 /// resizes it before loading); the map user space puts in [`LIVE_MORE`], preallocated
 /// too, the next ones; [`LIVE_ON_DEMAND`] the rest. An address is in at most one of them
-/// (`account::put_live` says why).
+/// (`live_maps::put_live` says why).
 ///
 /// Why several: a preallocated map's entries are all reserved and zeroed when it is
 /// created, 80 bytes a block, about 40 ns a block here (21 ms for half a million), on
@@ -73,7 +73,7 @@ pub type LiveMore = aya_ebpf::btf_maps::HashMap<LiveKey, LiveBlock, 1, 0>;
 
 /// One slot, empty until user space puts a preallocated map of the live blocks beyond
 /// `LIVE`'s there (memtrack-core's live_growth.rs), after load. The programs look into
-/// it only while the `HAS_LIVE_MORE` global (account.rs) is 1 and the overflow maps may
+/// it only while the `HAS_LIVE_MORE` global (live_capacity.rs) is 1 and the overflow maps may
 /// hold entries.
 #[btf_map]
 pub static LIVE_MORE: ArrayOfMaps<LiveMore, 1> = ArrayOfMaps::new();
@@ -88,7 +88,7 @@ pub static LIVE_MORE: ArrayOfMaps<LiveMore, 1> = ArrayOfMaps::new();
 /// Sized by user space to the capacity beyond `LIVE`'s; the overflow count keeps it
 /// and the map in `LIVE_MORE` together within that, so that the maps hold exactly the
 /// configured capacity. With nothing left it keeps one entry and the
-/// `HAS_LIVE_ON_DEMAND` global (account.rs) is 0: no program touches it.
+/// `HAS_LIVE_ON_DEMAND` global (live_capacity.rs) is 0: no program touches it.
 #[map]
 pub static LIVE_ON_DEMAND: HashMap<LiveKey, LiveBlock> = HashMap::with_max_entries(
     DEFAULT_MAX_LIVE_BLOCKS - DEFAULT_PREALLOCATED_LIVE_BLOCKS,

@@ -19,8 +19,8 @@ use aya_ebpf::{
 };
 
 use crate::{
-    account::{self, current},
     atomics,
+    thread::{self, current},
 };
 
 /// x86_64 syscall numbers.
@@ -38,7 +38,7 @@ fn reg(field: *const u64) -> u64 {
 /// The counters of the calling process, if it is counted now.
 #[inline(always)]
 fn counted_stats() -> Option<*mut memtrack_common::PidStats> {
-    account::counted_process_stats(current())
+    thread::counted_process_stats(current())
 }
 
 /// `sys_exit(struct pt_regs *regs, long ret)`. The program's name and its tracepoint are

@@ -17,8 +17,10 @@ use aya_ebpf::{
 use memtrack_common::{Kind, Pending, PidStats, cookie, pending_flags};
 
 use crate::{
-    account::{self, Nesting, Thread, current},
-    atomics, unwind, verified_once,
+    account::{self, Nesting},
+    atomics,
+    thread::{self, Thread, current},
+    unwind, verified_once,
 };
 
 /// What an entry probe knows about its call.
@@ -227,7 +229,7 @@ fn overflow_flag(overflow: bool) -> u64 {
 /// lost event of its process when that process is counted (never silently dropped).
 #[inline(always)]
 fn unreadable_call() -> u32 {
-    if let Some(stats) = account::counted_process_stats(current()) {
+    if let Some(stats) = thread::counted_process_stats(current()) {
         // SAFETY: stats points into a live map value.
         atomics::add(unsafe { &raw mut (*stats).lost_events }, 1);
     }

@@ -14,10 +14,10 @@
 
 use memtrack_common::{LiveBlock, Pending, PidStats, ThreadState, pending_flags};
 
-use crate::account::{self, Thread};
+use crate::{account, live_maps, thread::Thread};
 
 /// The calling thread as its program saw it: the state, slot and `pid_tgid` that
-/// `account::Thread::current` found and wrote there in this program run, counted (a
+/// `Thread::current` found and wrote there in this program run, counted (a
 /// global function is only called for a counted call).
 #[inline(always)]
 fn thread(state: *mut ThreadState) -> Thread {
@@ -69,7 +69,7 @@ pub fn record_alloc(t: &Thread, stats: *mut PidStats, func: u32, stack: u32, add
     );
 }
 
-/// `account::make_live`: puts `block` into the live maps at `addr` (an allocation's new
+/// `live_maps::make_live`: puts `block` into the live maps at `addr` (an allocation's new
 /// block, or the old block of a realloc that failed). Its own global function because
 /// both [`memtrack_record_alloc`] and [`memtrack_realloc_return`] need it: inlined, the
 /// verifier walked its tries twice in the return program. Returns 0.
@@ -87,7 +87,7 @@ pub extern "C" fn memtrack_make_live(
     // SAFETY: block is not NULL and points to a whole LiveBlock (the verifier checked
     // its size at the call).
     let block = unsafe { *block };
-    account::make_live(&thread(state), stats, addr, &block);
+    live_maps::make_live(&thread(state), stats, addr, &block);
     0
 }
 

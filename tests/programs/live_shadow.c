@@ -1,7 +1,7 @@
 /*
  * An address that comes back while an older entry of it is still in the live-block
  * maps, once the map of the later preallocated entries exists (memtrack-ebpf's
- * account.rs, "Newest first"): for memtrack-core/tests/live_on_demand.rs.
+ * live_maps.rs, "Newest first"): for memtrack-core/tests/live_on_demand.rs.
  *
  *   live_shadow stale    keeps 70,000 blocks live (so the tracker reserves its later
  *                        entries and the newest blocks go there), then, at the test's
