@@ -143,7 +143,7 @@ impl Object {
     /// holds), loads its BTF into the kernel, creates every map it defines
     /// (`max_entries`: overrides by map name), and relocates its code against them.
     /// `parallel`: the two largest maps are created on threads of their own (see
-    /// `loader::Loading` for when not).
+    /// `uprobe_programs::Loading` for when not).
     pub(crate) fn load(
         object: &[u8],
         globals: &[(&str, &[u8])],

@@ -44,10 +44,10 @@ use crate::{
     error::{Error, Result},
     hold::{Hold, Holds},
     ld_hook::{self, LdHooks},
-    loader::HookProgram,
     process::{self, AllocatorStatus, ImageStats, ProcessRecord, monotonic_ns},
     shared::Shared,
     spawn::{self, CommandSpec},
+    uprobe_programs::HookProgram,
 };
 
 /// Syscall-stops to wait, after an exec, for an allocator to be mapped before giving up

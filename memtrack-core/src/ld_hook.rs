@@ -101,7 +101,7 @@ pub(crate) struct EarlyHook {
 pub(crate) fn early(
     pid: u32,
     site: &memtrack_targets::DebugStateSite,
-    program: &crate::loader::HookProgram,
+    program: &crate::uprobe_programs::HookProgram,
 ) -> Option<EarlyHook> {
     let cookie = *cookie().as_ref().ok()?;
     let link = program

@@ -48,6 +48,7 @@ mod hold;
 mod kernel_stacks;
 mod ld_hook;
 mod live_growth;
+mod live_sizing;
 mod live_slots;
 mod loader;
 mod memory_cgroup;
@@ -55,6 +56,7 @@ mod output_dir;
 mod perf_uprobe;
 mod privileges;
 mod process;
+mod process_slots;
 mod process_tracker;
 mod result_tree;
 mod results;
@@ -67,14 +69,13 @@ pub mod testing;
 mod tracker;
 mod unwind_chain;
 mod uprobe_multi;
+mod uprobe_programs;
 
 pub use bounded_read::MAX_RESULT_FILE_BYTES;
 pub use detach::hand_off_links_at_exit;
 pub use error::{Error, Result};
 pub use live_growth::{GROW_AT_LIVE_BLOCKS, LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
-pub use loader::{
-    LiveMapBytes, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, UprobeLinks, live_map_bytes,
-};
+pub use live_sizing::{LiveMapBytes, MAX_LIVE_BLOCKS, live_map_bytes};
 pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
 pub use privileges::{can_track, sudo_invoker};
 pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
@@ -87,3 +88,4 @@ pub use shared::ExitStatus;
 pub use spawn::CommandSpec;
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
 pub use tracker::{Scope, Tracker, TrackerBuilder};
+pub use uprobe_programs::{ProbeInfo, ProbePlacement, UprobeLinks};

@@ -75,10 +75,10 @@ pub(crate) const MAX_PROCESSES_SUMMED: usize = 32;
 pub enum LaterLiveBlocks {
     /// None are reserved after load: all the preallocated entries were reserved then (a
     /// tracker of the calling process, or no more preallocated blocks than
-    /// [`LIVE_BLOCKS_AT_LOAD`](crate::LIVE_BLOCKS_AT_LOAD)).
+    /// [`LIVE_BLOCKS_AT_LOAD`]).
     None,
     /// Not reserved yet: the tracked processes never kept
-    /// [`GROW_AT_LIVE_BLOCKS`](crate::GROW_AT_LIVE_BLOCKS) blocks live, nor more than the
+    /// [`GROW_AT_LIVE_BLOCKS`] blocks live, nor more than the
     /// entries reserved at load.
     Waiting {
         /// Entries that will be reserved, in blocks.

@@ -4,30 +4,37 @@
 //! `EbpfLoader`, which parses the kernel's BTF first); the maps are read and written
 //! through aya's typed maps; the links are made by uprobe_multi.rs or perf_uprobe.rs.
 //! Map reading and writing for the tracker lives here too, so the user/kernel contract
-//! (map names, key and value types from `memtrack-common`) is kept in one file.
+//! (map names, key and value types from `memtrack-common`) is kept in one file. Beside
+//! it: uprobe_programs.rs loads the uprobe programs and makes their links,
+//! live_sizing.rs splits the live-block capacity between the maps, process_slots.rs
+//! hands out the processes' slots.
 
 use std::{
     collections::BTreeMap,
-    os::fd::{AsFd, BorrowedFd, OwnedFd},
+    os::fd::AsFd,
     path::{Path, PathBuf},
 };
 
 use aya::maps::{Array, HashMap, MapData};
-use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
+use aya_obj::generated::bpf_prog_type;
 use memtrack_common::{
-    LiveBlock, LiveKey, MAX_TRACKED_PROCESSES, PidStats, ProcessSlot, TrackState, global,
-    map_names, program_names,
+    LiveBlock, LiveKey, PidStats, ProcessSlot, TrackState, global, map_names, program_names,
 };
 use memtrack_targets::ProbeTarget;
-use serde::{Deserialize, Serialize};
 
 use crate::{
     bpf_object::{self, LoadError, Object},
     detach::Detachable,
     ebpf_map::{map_err, map_from_fd, no_such_map, take_map},
     error::{Error, Result},
-    live_growth::{LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks, LiveMore},
+    live_growth::{LaterLiveBlocks, LiveMore},
+    live_sizing::{LiveSplit, check_cgroup_room, live_map_bytes_of},
     live_slots::LiveSlots,
+    process_slots::{OwnedSlot, Slots},
+    uprobe_programs::{
+        Loading, ProbeInfo, ProbePlacement, Site, UprobeLinks, UprobePrograms,
+        load_uprobe_programs, probe_info, program_err,
+    },
 };
 
 /// A second handle of map `name` of `object` (which keeps the first), as a `T`.
@@ -49,307 +56,9 @@ where
 static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("CARGO_MANIFEST_DIR"), "/ebpf/memtrack-ebpf.o"));
 
-/// The largest live-block capacity ([`TrackerBuilder::max_live_blocks`](crate::TrackerBuilder::max_live_blocks)): 134,217,728
-/// (2^27) blocks. The kernel gives a hash map a power-of-two bucket array of at most 2^32
-/// bytes, 16 bytes a bucket, so no larger map can be made (2^27 + 1 fails with E2BIG);
-/// the capacity split between the preallocated map and the on-demand one stays within
-/// what either could hold alone.
-/// Measured on Linux 6.18 here, when an entry's value was 8 bytes (now 16) and every
-/// entry was preallocated: 2^27 blocks took about 11 GiB of kernel memory and 18 s to
-/// reserve ([`live_map_bytes`]); a machine without that much memory refuses
-/// ([`Error::LiveMap`](crate::Error::LiveMap)).
-pub const MAX_LIVE_BLOCKS: u32 = 1 << 27;
-
-/// The kernel's `struct htab_elem` header before a hash map entry's key (Linux 6.x,
-/// x86_64).
-const ELEMENT_HEADER: u64 = 48;
-
-/// Kernel memory of the live-block maps for `max_live_blocks` blocks of which
-/// `preallocated` (at most `max_live_blocks`) have preallocated entries
-/// ([`TrackerBuilder::preallocated_live_blocks`](crate::TrackerBuilder::preallocated_live_blocks)),
-/// for a tracker of other processes (`spawn`, `attach_pid`).
-///
-/// Reserved when the tracker loads ([`LiveMapBytes::at_load`]): 80 bytes per
-/// preallocated entry reserved then (the kernel's 48-byte element header, the 16-byte
-/// key, the 16-byte value: size and stack id; at most [`LIVE_BLOCKS_AT_LOAD`] of them)
-/// and 16 bytes per hash bucket (each map has its capacity rounded up to a power of two
-/// of buckets: the preallocated entries', and the other blocks', whose entries are
-/// allocated on demand). The other preallocated entries, and their buckets, are reserved
-/// once the tracked processes hold more blocks live than those reserved at load
-/// ([`LiveMapBytes::later`]). The entries of the blocks beyond the preallocated ones are
-/// allocated as those blocks go live and freed when they are released, 96 bytes each
-/// (the same 80 bytes and the allocator's 8-byte list node in the kernel's 96-byte size
-/// class): at most [`LiveMapBytes::on_demand`] more. A tracker of the calling process
-/// reserves every preallocated entry at load: its `at_load` is `at_load + later`.
-pub fn live_map_bytes(max_live_blocks: u32, preallocated: u32) -> LiveMapBytes {
-    live_map_bytes_of(LiveSplit::new(max_live_blocks, preallocated, true))
-}
-
-/// [`live_map_bytes`] of one split.
-fn live_map_bytes_of(split: LiveSplit) -> LiveMapBytes {
-    let entry = ELEMENT_HEADER + (size_of::<LiveKey>() + size_of::<LiveBlock>()) as u64;
-    let buckets = |n: u32| u64::from(n).next_power_of_two() * 16;
-    // The kernel's BPF allocator puts an 8-byte list node before each object and
-    // serves 80 + 8 bytes from its 96-byte size class.
-    const ON_DEMAND_ENTRY: u64 = 96;
-    let later = if split.later == 0 {
-        0
-    } else {
-        u64::from(split.later) * entry + buckets(split.later)
-    };
-    LiveMapBytes {
-        at_load: u64::from(split.at_load) * entry
-            + buckets(split.at_load)
-            + buckets(split.on_demand_entries()),
-        later,
-        on_demand: u64::from(split.beyond_preallocated()) * ON_DEMAND_ENTRY,
-    }
-}
-
-/// Refuses, before any map is made, maps that do not fit in what memtrack's memory
-/// cgroup leaves (memory_cgroup.rs says why a map must not fill it): the live-block maps'
-/// reservation, the one made later included, and, with stacks on, the unwind rows (the
-/// other maps are a few MiB).
-fn check_cgroup_room(split: LiveSplit, max_live_blocks: u32, stacks: bool) -> Result<()> {
-    let rows = if stacks {
-        u64::from(crate::kernel_stacks::MAX_ROWS)
-            * size_of::<memtrack_common::unwind::UnwindRow>() as u64
-    } else {
-        0
-    };
-    let bytes = live_map_bytes_of(split);
-    let kernel_bytes = bytes.at_load + bytes.later + rows;
-    match crate::memory_cgroup::headroom() {
-        Some(room) if room.free_bytes < kernel_bytes => Err(Error::CgroupMemory {
-            blocks: max_live_blocks,
-            preallocated: split.preallocated(),
-            kernel_bytes,
-            cgroup: room.cgroup,
-            limit_bytes: room.limit_bytes,
-            free_bytes: room.free_bytes,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// What [`live_map_bytes`] says: kernel memory, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LiveMapBytes {
-    /// Reserved when the tracker loads (the preallocated entries reserved then and the
-    /// bucket arrays).
-    pub at_load: u64,
-    /// Reserved once the tracked processes hold more blocks live than the preallocated
-    /// entries reserved at load (the other preallocated entries and their buckets); 0
-    /// when there are none.
-    pub later: u64,
-    /// At most this much more, allocated while more blocks than the preallocated ones
-    /// are live.
-    pub on_demand: u64,
-}
-
-/// How the live-block capacity is split between the kernel maps (memtrack-ebpf's
-/// maps.rs): `LIVE`, preallocated at load; the map put in `LIVE_MORE`, preallocated
-/// later (live_growth.rs); `LIVE_ON_DEMAND`, entries allocated on demand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct LiveSplit {
-    /// `LIVE`'s capacity: the preallocated entries reserved at load.
-    at_load: u32,
-    /// The preallocated entries reserved later, in the map put in `LIVE_MORE` (0: none,
-    /// and the programs never look there).
-    later: u32,
-    /// The capacity beyond `LIVE`'s, which the overflow maps (the map in `LIVE_MORE`
-    /// and `LIVE_ON_DEMAND`) share (the programs' `LIVE_OVERFLOW_CAPACITY`).
-    overflow: u32,
-}
-
-impl LiveSplit {
-    /// `preallocated` of `max_live_blocks` (clamped to 1..=`max_live_blocks`); with
-    /// `later`, at most [`LIVE_BLOCKS_AT_LOAD`] of them reserved at load.
-    fn new(max_live_blocks: u32, preallocated: u32, later: bool) -> Self {
-        let preallocated = preallocated.clamp(1, max_live_blocks.max(1));
-        let at_load = if later {
-            preallocated.min(LIVE_BLOCKS_AT_LOAD)
-        } else {
-            preallocated
-        };
-        let overflow = max_live_blocks.saturating_sub(at_load);
-        LiveSplit {
-            at_load,
-            later: preallocated - at_load,
-            overflow,
-        }
-    }
-
-    /// `LIVE_ON_DEMAND`'s `max_entries`: the overflow capacity (all of which it holds
-    /// until the map in `LIVE_MORE` is made), or 1 when there is none (the kernel makes
-    /// no empty map; the programs then never use it).
-    fn on_demand_entries(&self) -> u32 {
-        self.overflow.max(1)
-    }
-
-    /// Entries preallocated, at load and later.
-    fn preallocated(&self) -> u32 {
-        self.at_load + self.later
-    }
-
-    /// Blocks whose entries are allocated on demand once all preallocated ones exist.
-    fn beyond_preallocated(&self) -> u32 {
-        self.overflow - self.later
-    }
-}
-
 /// The syscall counter (mmap/munmap/brk; see memtrack-ebpf's syscalls.rs) and the
 /// raw tracepoint it runs on.
 const SYSCALL_PROGRAM: (&str, &str) = (program_names::SYS_EXIT, program_names::SYS_EXIT_TRACEPOINT);
-
-/// The uprobe programs: the one entry program every probed function shares (it reads
-/// the arguments by the cookie's argument kind), the one return program every
-/// allocating function shares, and the loader hook (ld_hook.rs).
-const UPROBE_PROGRAMS: [&str; 3] = [
-    program_names::ENTRY,
-    program_names::RETURN,
-    program_names::LD_HOOK,
-];
-
-/// Where entry probes go inside each function.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ProbePlacement {
-    /// On the first instruction the kernel emulates instead of single-stepping, as long
-    /// as no earlier instruction changes an argument register the probe reads (see
-    /// `memtrack_targets::probe_site`); return probes share that breakpoint when the
-    /// stack is still untouched there. Same counts, a fraction of the cost.
-    #[default]
-    Cheapest,
-    /// At each function's first byte (the classic placement; for comparison).
-    FunctionEntry,
-}
-
-/// Which kind of kernel link attaches the uprobes. Counts are the same either way; the
-/// difference is the cost of detaching (see `uprobe_multi.rs` and BENCHMARKS.md).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UprobeLinks {
-    /// uprobe_multi links (one per probed file, program and process) where the kernel
-    /// has them (Linux 6.6+), else perf-event links. `MEMTRACK_UPROBE_LINKS=perf` in the
-    /// environment makes it `PerfEvent`.
-    #[default]
-    Auto,
-    /// One perf-event link per probe site, as on kernels before 6.6: detaching costs
-    /// about 110 ms per site, serialised in the kernel.
-    PerfEvent,
-}
-
-/// One probed function in one process, as recorded in results: what was measured.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProbeInfo {
-    /// The function whose calls this probe counts (e.g. "malloc").
-    pub function: String,
-    /// Other functions at the same address, counted under `function` (glibc 2.36:
-    /// `aligned_alloc` is `memalign`).
-    pub aliases: Vec<String>,
-    /// The ELF object probed.
-    pub object: PathBuf,
-    /// The symbol found in it.
-    pub symbol: String,
-    /// File offset of the function's first byte in `object`.
-    pub file_offset: u64,
-    /// Offset of the entry probe from the function's first byte, in bytes.
-    pub entry_offset: u64,
-    /// The instruction the entry probe sits on (AT&T syntax; empty if unknown).
-    #[serde(default)]
-    pub entry_instruction: String,
-    /// Whether the kernel emulates that instruction (cheap) instead of single-stepping it.
-    #[serde(default)]
-    pub entry_emulated: bool,
-    /// Whether a return probe is attached too.
-    pub return_probe: bool,
-    /// Offset of the return probe's breakpoint from the function's first byte, in bytes
-    /// (equal to `entry_offset` when both share one breakpoint).
-    #[serde(default)]
-    pub return_offset: u64,
-}
-
-/// Which kind of link the uprobe programs were loaded for (a program loaded for
-/// uprobe_multi links cannot make perf-event links, nor the other way round).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum UprobeMode {
-    /// uprobe_multi.rs links.
-    Multi,
-    /// perf_uprobe.rs links.
-    Perf,
-}
-
-/// The loaded uprobe programs (the unwind program among them with stacks on), by name.
-struct UprobePrograms {
-    mode: UprobeMode,
-    fds: std::collections::HashMap<&'static str, OwnedFd>,
-}
-
-impl UprobePrograms {
-    /// Attaches the planned probes, scoped to `pid`, with links of this mode's kind.
-    fn attach(&self, pid: u32, planned: &[(&ProbeTarget, Site)]) -> Result<Vec<Detachable>> {
-        match self.mode {
-            UprobeMode::Multi => attach_multi(self, pid, planned),
-            UprobeMode::Perf => attach_perf(self, pid, planned),
-        }
-    }
-
-    fn get(&self, name: &'static str) -> Result<BorrowedFd<'_>> {
-        self.fds
-            .get(name)
-            .map(|fd| fd.as_fd())
-            .ok_or_else(|| missing_program(name))
-    }
-}
-
-/// How [`Engine::load`] works: on the calling thread alone, or with threads of its own.
-pub(crate) enum Loading<'a> {
-    /// On the calling thread alone: for a tracker of the calling process, which must not
-    /// start threads that allocate in the process it measures. Each new thread may get
-    /// a malloc arena of its own, and what it leaves there shows in the program's later
-    /// calls (measured: a benchmark's thread, given such an arena, had glibc free two
-    /// more chunks it had stashed in its cache at its exit, counted as unmatched frees).
-    Here,
-    /// The largest maps created and the programs verified on threads of their own, side
-    /// by side; `on_hook` gets the loader hook's program the moment it is verified
-    /// ([`HookProgram`]). For trackers of other processes.
-    Parallel {
-        on_hook: &'a (dyn Fn(HookProgram) + Sync),
-    },
-}
-
-/// The loader hook's program (ld_hook.rs), as [`Engine::load`] hands it out the moment
-/// it is verified, before the other programs are: its link can be made while they
-/// are still being verified.
-pub(crate) struct HookProgram<F: AsFd = OwnedFd> {
-    fd: F,
-    mode: UprobeMode,
-}
-
-impl<F: AsFd> HookProgram<F> {
-    /// Attaches the hook at `file_offset` of `object` (the loader's
-    /// `_dl_debug_state`), scoped to `pid`, with the hook's `cookie`.
-    pub(crate) fn attach(
-        &self,
-        object: &Path,
-        file_offset: u64,
-        cookie: u64,
-        pid: u32,
-    ) -> Result<Detachable> {
-        let program = program_names::LD_HOOK;
-        let fd = self.fd.as_fd();
-        let gone_or = |source| attach_error(program, object, vec![file_offset], pid, source);
-        Ok(match self.mode {
-            UprobeMode::Multi => Box::new(
-                crate::uprobe_multi::attach(fd, object, &[file_offset], &[cookie], pid, false)
-                    .map_err(gone_or)?,
-            ),
-            UprobeMode::Perf => Box::new(
-                crate::perf_uprobe::attach(fd, object, file_offset, pid, false, cookie)
-                    .map_err(gone_or)?,
-            ),
-        })
-    }
-}
 
 /// Probes attached for one process.
 #[derive(Default)]
@@ -409,73 +118,6 @@ pub(crate) struct Engine {
     sites: std::collections::HashMap<(PathBuf, u64), Site>,
     /// Stack tables and counters (None: stacks off).
     stacks: Option<crate::kernel_stacks::KernelStacks>,
-}
-
-/// The slots of the TRACKED and STATS arrays (see `memtrack_common::ProcessSlot`): which
-/// process owns which, and the generation each was last given.
-struct Slots {
-    owned: BTreeMap<u32, OwnedSlot>,
-    /// Free slots, taken from the end.
-    free: Vec<u32>,
-    /// The last generation handed out (generations are never 0).
-    generation: u32,
-}
-
-/// One process's slot.
-#[derive(Clone, Copy)]
-struct OwnedSlot {
-    index: u32,
-    value: ProcessSlot,
-}
-
-impl Slots {
-    fn new() -> Self {
-        Slots {
-            owned: BTreeMap::new(),
-            free: (0..MAX_TRACKED_PROCESSES).rev().collect(),
-            generation: 0,
-        }
-    }
-
-    fn next_generation(&mut self) -> u32 {
-        self.generation = self.generation.wrapping_add(1).max(1);
-        self.generation
-    }
-
-    /// A free slot for `pid`, owned by it with a new generation and counting off (not
-    /// yet in `owned`: the caller records it once the kernel's maps hold it).
-    fn take(&mut self, pid: u32) -> Result<OwnedSlot> {
-        let index = self.free.pop().ok_or(Error::TooManyProcesses {
-            pid,
-            max: MAX_TRACKED_PROCESSES,
-        })?;
-        Ok(OwnedSlot {
-            index,
-            value: ProcessSlot {
-                tgid: pid,
-                generation: self.next_generation(),
-                state: TrackState::default(),
-            },
-        })
-    }
-}
-
-/// Where one function's probes go.
-#[derive(Clone, Debug)]
-struct Site {
-    entry_offset: u64,
-    return_offset: u64,
-    /// Bytes `rsp` moved before the entry probe's instruction (0 at the first byte).
-    stack_adjust: u32,
-    instruction: String,
-    emulated: bool,
-}
-
-fn program_err(program: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Program {
-        program: program.to_string(),
-        source: Box::new(source),
-    }
 }
 
 /// What a tracker with stacks on unwinds: at most `depth` frames per stack, with the
@@ -778,17 +420,17 @@ impl Engine {
         {
             return Ok(false);
         }
-        let program = HookProgram {
-            fd: self.programs.get(program_names::LD_HOOK)?,
-            mode: self.programs.mode,
-        };
-        let link = program.attach(object, file_offset, cookie, pid)?;
+        let link = self
+            .programs
+            .hook()?
+            .attach(object, file_offset, cookie, pid)?;
         self.adopt_ld_hook(pid, object, file_offset, link);
         Ok(true)
     }
 
-    /// Records a loader hook attached with [`HookProgram::attach`] before this engine
-    /// was handed over (follow.rs: the hook's registration overlaps the other programs'
+    /// Records a loader hook attached with
+    /// [`HookProgram::attach`](crate::uprobe_programs::HookProgram::attach) before this
+    /// engine was handed over (follow.rs: the hook's registration overlaps the other programs'
     /// verification); it is closed with the process's other links.
     pub(crate) fn adopt_ld_hook(
         &mut self,
@@ -1167,207 +809,6 @@ impl Drop for Engine {
     }
 }
 
-fn missing_program(name: &str) -> Error {
-    Error::Program {
-        program: name.to_string(),
-        source: Box::new(std::io::Error::other("it was not loaded")),
-    }
-}
-
-/// Loads the uprobe programs for uprobe_multi links where the kernel has them, else for
-/// perf-event links; with `stacks`, also the unwind program, the same way (a tail call
-/// needs the entry program's type and expected attach type), and puts it into the entry
-/// program's program array. Stacks fail to load as a whole if it cannot be loaded.
-fn load_uprobe_programs(
-    object: &Object,
-    links: UprobeLinks,
-    stacks: bool,
-    loading: Loading<'_>,
-) -> Result<UprobePrograms> {
-    let mut names: Vec<&'static str> = UPROBE_PROGRAMS.to_vec();
-    if stacks {
-        names.extend(crate::unwind_chain::CHAIN.map(|(name, _)| name));
-    }
-    // Asked before any of the object's programs is loaded: the first program loaded
-    // that uses UNWIND_PROGS fixes the array's expected attach type (uprobe_multi.rs).
-    let mode = if links == UprobeLinks::Auto
-        && !crate::uprobe_multi::forced_off()
-        && crate::uprobe_multi::supported()
-    {
-        UprobeMode::Multi
-    } else {
-        UprobeMode::Perf
-    };
-    let attach_type = match mode {
-        UprobeMode::Multi => Some(bpf_attach_type::BPF_TRACE_UPROBE_MULTI),
-        UprobeMode::Perf => None,
-    };
-    let load = |name: &'static str| {
-        object.load_program(name, bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach_type)
-    };
-    let loaded: Vec<(&'static str, std::io::Result<OwnedFd>)> = match loading {
-        Loading::Here => names.into_iter().map(|name| (name, load(name))).collect(),
-        Loading::Parallel { on_hook } => {
-            // Each program is verified on its own thread: the verifier's time is most of
-            // the loading, and the programs do not depend on each other (with stacks,
-            // the unwind program's 271k verified instructions then no longer wait for
-            // the entry program's).
-            let load = |name: &'static str| -> std::io::Result<OwnedFd> {
-                let fd = load(name)?;
-                if name == program_names::LD_HOOK {
-                    on_hook(HookProgram {
-                        fd: fd.try_clone()?,
-                        mode,
-                    });
-                }
-                Ok(fd)
-            };
-            std::thread::scope(|scope| {
-                // The loader hook's program is verified here, after the others' threads
-                // are started: on two CPUs a thread spawned after two busy ones waited
-                // for one.
-                let (here, elsewhere): (Vec<_>, Vec<_>) = names
-                    .into_iter()
-                    .partition(|&n| n == program_names::LD_HOOK);
-                let threads: Vec<_> = elsewhere
-                    .into_iter()
-                    .map(|name| {
-                        let thread = std::thread::Builder::new()
-                            .name("memtrack-verify".into())
-                            .spawn_scoped(scope, move || load(name));
-                        (name, thread)
-                    })
-                    .collect();
-                let mut loaded: Vec<_> = here.into_iter().map(|name| (name, load(name))).collect();
-                loaded.extend(threads.into_iter().map(|(name, thread)| {
-                    let result = match thread {
-                        Ok(thread) => thread.join().unwrap_or_else(|_| {
-                            Err(std::io::Error::other("its loading thread panicked"))
-                        }),
-                        // No thread: load it here.
-                        Err(_) => load(name),
-                    };
-                    (name, result)
-                }));
-                loaded
-            })
-        }
-    };
-    let mut fds = std::collections::HashMap::new();
-    for (name, fd) in loaded {
-        fds.insert(name, fd.map_err(program_err(name))?);
-    }
-    let programs = UprobePrograms { mode, fds };
-    if stacks {
-        for (name, slot) in crate::unwind_chain::CHAIN {
-            crate::unwind_chain::install(object, name, slot, programs.get(name)?)?;
-        }
-    }
-    Ok(programs)
-}
-
-/// The cookie every probe of `target` carries: which function, and how far the stack
-/// pointer moved before the entry probe's instruction.
-fn cookie_of(target: &ProbeTarget, site: &Site) -> u64 {
-    memtrack_common::cookie::make(
-        target.function as u32,
-        target.function.kind(),
-        site.stack_adjust,
-    )
-}
-
-/// The sites of one uprobe_multi link: file offsets and their cookies.
-type MultiSites = (Vec<u64>, Vec<u64>);
-
-/// One uprobe_multi link per (object, program): every site of the plan that uses it.
-fn attach_multi(
-    programs: &UprobePrograms,
-    pid: u32,
-    planned: &[(&ProbeTarget, Site)],
-) -> Result<Vec<Detachable>> {
-    let mut groups: BTreeMap<(&Path, &'static str), MultiSites> = BTreeMap::new();
-    for (target, site) in planned {
-        let cookie = cookie_of(target, site);
-        let entry = groups
-            .entry((&target.object, program_names::ENTRY))
-            .or_default();
-        entry.0.push(target.file_offset + site.entry_offset);
-        entry.1.push(cookie);
-        if target.function.has_return_probe() {
-            let ret = groups
-                .entry((&target.object, program_names::RETURN))
-                .or_default();
-            ret.0.push(target.file_offset + site.return_offset);
-            ret.1.push(cookie);
-        }
-    }
-    let mut links: Vec<Detachable> = Vec::with_capacity(groups.len());
-    for ((object, program), (offsets, cookies)) in groups {
-        let link = crate::uprobe_multi::attach(
-            programs.get(program)?,
-            object,
-            &offsets,
-            &cookies,
-            pid,
-            program == program_names::RETURN,
-        )
-        .map_err(|source| attach_error(program, object, offsets.clone(), pid, source))?;
-        links.push(Box::new(link));
-    }
-    Ok(links)
-}
-
-/// Why attaching `program` at `offsets` of `path` in process `pid` failed: the process
-/// is gone (the kernel says ESRCH), or the attach error itself.
-fn attach_error(
-    program: &str,
-    path: &Path,
-    offsets: Vec<u64>,
-    pid: u32,
-    source: std::io::Error,
-) -> Error {
-    if source.raw_os_error() == Some(libc::ESRCH) {
-        return Error::ProcessGone { pid };
-    }
-    Error::Attach {
-        program: program.to_string(),
-        path: path.to_path_buf(),
-        offsets,
-        pid,
-        source: Box::new(source),
-    }
-}
-
-/// One perf-event link per site (kernels without uprobe_multi).
-fn attach_perf(
-    programs: &UprobePrograms,
-    pid: u32,
-    planned: &[(&ProbeTarget, Site)],
-) -> Result<Vec<Detachable>> {
-    let mut links: Vec<Detachable> = Vec::new();
-    for (target, site) in planned {
-        let cookie = cookie_of(target, site);
-        let mut sites = vec![(program_names::ENTRY, site.entry_offset)];
-        if target.function.has_return_probe() {
-            sites.push((program_names::RETURN, site.return_offset));
-        }
-        for (program, offset) in sites {
-            let offset = target.file_offset + offset;
-            let link = crate::perf_uprobe::attach(
-                programs.get(program)?,
-                &target.object,
-                offset,
-                pid,
-                program == program_names::RETURN,
-                cookie,
-            )
-            .map_err(|source| attach_error(program, &target.object, vec![offset], pid, source))?;
-            links.push(Box::new(link));
-        }
-    }
-    Ok(links)
-}
-
 /// Whether two paths name one file: the same path, or the same device and inode (a
 /// library reached by two paths, e.g. through a bind mount, has one set of uprobes:
 /// probing it twice would count every call twice).
@@ -1376,27 +817,6 @@ fn same_file(a: &Path, b: &Path) -> bool {
     a == b
         || matches!((std::fs::metadata(a), std::fs::metadata(b)),
             (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
-}
-
-/// What the results record of one probed function.
-fn probe_info(target: &ProbeTarget, site: Site) -> ProbeInfo {
-    let return_probe = target.function.has_return_probe();
-    ProbeInfo {
-        function: target.function.name().to_string(),
-        aliases: target
-            .aliases
-            .iter()
-            .map(|a| a.name().to_string())
-            .collect(),
-        object: target.object.clone(),
-        symbol: target.symbol.clone(),
-        file_offset: target.file_offset,
-        entry_offset: site.entry_offset,
-        entry_instruction: site.instruction,
-        entry_emulated: site.emulated,
-        return_probe,
-        return_offset: if return_probe { site.return_offset } else { 0 },
-    }
 }
 
 #[cfg(test)]
@@ -1412,91 +832,11 @@ mod tests {
     };
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-    use super::{EBPF_OBJECT, SYSCALL_PROGRAM, UPROBE_PROGRAMS};
+    use super::{EBPF_OBJECT, SYSCALL_PROGRAM};
+    use crate::uprobe_programs::UPROBE_PROGRAMS;
 
     fn parsed() -> aya_obj::Object {
         aya_obj::Object::parse(EBPF_OBJECT).expect("parsing the shipped ebpf/memtrack-ebpf.o")
-    }
-
-    /// Slots run out after MAX_TRACKED_PROCESSES processes, with an error naming the
-    /// process and the limit; a slot given back is taken again, with a new generation
-    /// (never 0), so its threads forget what they kept from the last owner.
-    #[test]
-    fn slots_run_out_with_a_clear_error_and_are_reused_with_a_new_generation() {
-        let mut slots = super::Slots::new();
-        let mut generations = std::collections::BTreeSet::new();
-        let mut indexes = std::collections::BTreeSet::new();
-        for pid in 1..=memtrack_common::MAX_TRACKED_PROCESSES {
-            let slot = slots.take(pid).unwrap();
-            assert_eq!(slot.value.tgid, pid);
-            assert_eq!(slot.value.state, memtrack_common::TrackState::default());
-            assert!(generations.insert(slot.value.generation));
-            assert!(indexes.insert(slot.index));
-        }
-        assert_eq!(indexes.len(), 4096);
-        assert_eq!(indexes.last(), Some(&4095));
-        assert!(!generations.contains(&0));
-        let err = slots
-            .take(5000)
-            .err()
-            .expect("a 4097th process gets no slot");
-        assert_eq!(
-            err.to_string(),
-            "cannot track process 5000: 4096 processes are tracked at once already (the \
-             most one tracker can track)"
-        );
-        slots.free.push(17);
-        let again = slots.take(5000).unwrap();
-        assert_eq!(again.index, 17);
-        assert!(!generations.contains(&again.value.generation));
-        // Generations wrap past u32::MAX to 1, never to 0.
-        slots.generation = u32::MAX;
-        assert_eq!(slots.next_generation(), 1);
-    }
-
-    /// How the live-block capacity is split: a tracker of the calling process reserves
-    /// every preallocated entry at load; a tracker of other processes at most
-    /// `LIVE_BLOCKS_AT_LOAD` of them, the rest later; the on-demand map has room for
-    /// everything beyond `LIVE` (until the later entries exist they are its), and the
-    /// overflow capacity keeps the total exact.
-    #[test]
-    fn the_live_capacity_is_split_exactly() {
-        use super::LiveSplit;
-        let at_load = super::LIVE_BLOCKS_AT_LOAD;
-        // The defaults, in-process and for other processes.
-        let here = LiveSplit::new(1 << 20, 1 << 19, false);
-        assert_eq!(
-            (
-                here.at_load,
-                here.later,
-                here.overflow,
-                here.on_demand_entries()
-            ),
-            (1 << 19, 0, 1 << 19, 1 << 19)
-        );
-        let other = LiveSplit::new(1 << 20, 1 << 19, true);
-        assert_eq!(
-            (other.at_load, other.later, other.overflow),
-            (at_load, (1 << 19) - at_load, (1 << 20) - at_load)
-        );
-        assert_eq!(other.on_demand_entries(), other.overflow);
-        assert_eq!(other.preallocated(), 1 << 19);
-        assert_eq!(other.beyond_preallocated(), 1 << 19);
-        // Fewer preallocated than reserved at load: nothing later.
-        let small = LiveSplit::new(1 << 20, 1000, true);
-        assert_eq!((small.at_load, small.later), (1000, 0));
-        // Everything preallocated: no on-demand capacity once the later map exists, but
-        // room for all of it there until then.
-        let all = LiveSplit::new(200_000, 200_000, true);
-        assert_eq!((all.at_load, all.later), (at_load, 200_000 - at_load));
-        assert_eq!(all.overflow, 200_000 - at_load);
-        assert_eq!(all.beyond_preallocated(), 0);
-        // No capacity beyond LIVE: the on-demand map keeps its one entry, unused.
-        let none = LiveSplit::new(1000, 1000, false);
-        assert_eq!((none.overflow, none.on_demand_entries()), (0, 1));
-        // Clamped: 0 preallocated is 1, more than the capacity is all of it.
-        assert_eq!(LiveSplit::new(10, 0, true).at_load, 1);
-        assert_eq!(LiveSplit::new(10, 50, false).at_load, 10);
     }
 
     /// The documented maximum is the kernel's: one block more is refused by the kernel
@@ -1576,7 +916,7 @@ mod tests {
                     let case = format!("{case}, {name}");
                     let installed = crate::unwind_chain::installed_id(&engine.object, slot)
                         .unwrap_or_else(|e| panic!("{case}: reading the slot: {e}"));
-                    let loaded = engine.programs.fds.contains_key(name);
+                    let loaded = engine.programs.get(name).is_ok();
                     assert_eq!(loaded, stacks.is_some(), "{case}: loaded");
                     match installed {
                         None => assert!(stacks.is_none(), "{case}: empty slot"),
@@ -1591,11 +931,15 @@ mod tests {
                     }
                 }
                 if links == super::UprobeLinks::PerfEvent {
-                    assert_eq!(engine.programs.mode, super::UprobeMode::Perf, "{case}");
+                    assert_eq!(
+                        engine.programs.mode,
+                        crate::uprobe_programs::UprobeMode::Perf,
+                        "{case}"
+                    );
                 } else if !crate::uprobe_multi::forced_off() {
                     assert_eq!(
                         engine.programs.mode,
-                        super::UprobeMode::Multi,
+                        crate::uprobe_programs::UprobeMode::Multi,
                         "{case}: this kernel has uprobe_multi"
                     );
                 }

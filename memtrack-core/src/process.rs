@@ -3,7 +3,8 @@
 //! and the [`Tracker`](crate::Tracker) (which reads it).
 //!
 //! [`TrackedProcess`] (with its [`BenchmarkStats`] and [`ImageStats`]) is the one
-//! record of a process: [`Tracker::collect_processes`](crate::Tracker::collect_processes)
+//! record of a process:
+//! [`ProcessTracker::collect_processes`](crate::ProcessTracker::collect_processes)
 //! returns it, a result file ([`MemtrackResult`](crate::MemtrackResult)) wraps it in a
 //! versioned envelope, and the JSON report ([`RunResults`](crate::RunResults)) lists it.
 
@@ -12,7 +13,7 @@ use std::{collections::BTreeMap, path::Path};
 use memtrack_common::PidStats;
 use serde::{Deserialize, Serialize};
 
-use crate::{loader::ProbeInfo, stats::Stats};
+use crate::{stats::Stats, uprobe_programs::ProbeInfo};
 
 /// Whether memtrack could probe a process's allocator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,10 +9,10 @@ use memtrack_common::TrackState;
 use crate::{
     error::Result,
     follow::{Follower, Starting},
-    loader::ProbeInfo,
     process::TrackedProcess,
     shared::{ExitStatus, Shared},
     stats::Stats,
+    uprobe_programs::ProbeInfo,
 };
 
 /// Counts the heap allocations of a process tree: a command started by

@@ -233,9 +233,9 @@ pub struct ResultScan {
 mod tests {
     use super::*;
     use crate::{
-        loader::ProbeInfo,
         process::AllocatorStatus,
         stats::{FunctionStats, Stats, SyscallStats},
+        uprobe_programs::ProbeInfo,
     };
 
     fn sample() -> MemtrackResult {

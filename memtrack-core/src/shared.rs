@@ -16,9 +16,10 @@ use parking_lot::{Condvar, Mutex};
 use crate::{
     error::{Error, Result},
     live_growth::{self, LiveMore},
-    loader::{Engine, ProbeInfo},
+    loader::Engine,
     process::{ProcessRecord, Registry, TrackedProcess},
     stats::Stats,
+    uprobe_programs::ProbeInfo,
 };
 
 /// How a process's exit was reported.

@@ -11,15 +11,15 @@ use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS,
 use crate::{
     error::{Error, Result},
     follow::{Follower, Root},
-    loader::{
-        Engine, Loading, MAX_LIVE_BLOCKS, ProbeInfo, ProbePlacement, StackSettings, UprobeLinks,
-    },
+    live_sizing::MAX_LIVE_BLOCKS,
+    loader::{Engine, StackSettings},
     output_dir::OutputDir,
     process::{AllocatorStatus, ProcessRecord, TrackedProcess},
     process_tracker::ProcessTracker,
     shared::Shared,
     spawn::CommandSpec,
     stats::Stats,
+    uprobe_programs::{Loading, ProbeInfo, ProbePlacement, UprobeLinks},
 };
 
 /// Which calls of the calling process a [`Tracker`] counts.
