@@ -18,8 +18,8 @@ echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy --all-targets -- -D warnings" >&2
 cargo clippy --locked --workspace --all-targets -- -D warnings
-echo "[test] cargo doc (broken links are errors)" >&2
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps -q
+echo "[test] cargo doc, private items too (broken links are errors)" >&2
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps -q --document-private-items
 echo "[test] cargo test" >&2
 cargo test --locked --workspace --all-targets
 cargo test --locked --workspace --doc

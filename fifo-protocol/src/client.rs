@@ -160,7 +160,7 @@ impl FifoClient {
     /// # Errors
     /// [`Error::Timeout`] if the runner does not answer within the timeout,
     /// [`Error::NoRunner`] if it is gone, [`Error::Io`] on other I/O failures, and the
-    /// codec errors of [`frame`](crate::frame) for a malformed reply.
+    /// codec errors of [`frame`] for a malformed reply.
     ///
     /// Allocates nothing as long as the encoded command fits the client's send buffer
     /// (512 bytes, grown once if a longer command comes along) and the reply is not a long

@@ -6,7 +6,7 @@
 //! [`Measurement::end`] after it, then divides by the iteration count; a tracker of the
 //! whole process counts between the two. The tracker is made at the first batch and
 //! closed (its probes removed) when the last of these measurements is dropped, with the
-//! [`Criterion`](crate::Criterion) that holds it: benchmarks measured in bytes are not
+//! [`Criterion`] that holds it: benchmarks measured in bytes are not
 //! timed, so its probes slow nothing that is.
 //!
 //! A byte measurement never measures anything but bytes: where it cannot count (under
@@ -318,7 +318,7 @@ heap_measurement!(
     /// c.bench_function("vec_1000", |b| b.iter(|| vec![0u8; 1000]));
     /// ```
     ///
-    /// Counts only in [`Mode::InProcess`](crate::Mode::InProcess), in the whole process;
+    /// Counts only in [`Mode::InProcess`], in the whole process;
     /// in the other modes it measures 0 (see the module docs). A sample that allocates
     /// nothing measures 0, which criterion 0.8 refuses to analyse ("took zero time per
     /// iteration"): it prints that error for the benchmark and goes on. No stand-in

@@ -33,7 +33,7 @@ fn parse(value: Option<&str>) -> Result<Option<u32>, String> {
 }
 
 /// The stack depth in-process trackers use (None: no stacks, also when the value is
-/// refused: [`line`] says so).
+/// refused: the line the integration prints says so).
 pub fn stack_depth() -> Option<u32> {
     requested().clone().ok().flatten()
 }
