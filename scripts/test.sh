@@ -28,6 +28,15 @@ if [ "$(id -u)" -eq 0 ]; then
     # inexactly. Its figures are not the point here (BENCHMARKS.md has the full run).
     echo "[test] benchmark smoke run: memtrack-benches --quick" >&2
     cargo run --locked -q -p memtrack-benches -- --quick > /dev/null
+    # The README's first command, as a new user runs it (release build included); its
+    # numbers are checked exactly by memtrack-cli/tests/demo.rs.
+    echo "[test] the demo: scripts/demo.sh" >&2
+    if ! bash scripts/demo.sh > target/demo.log 2>&1 \
+        || ! grep -qx '  peak live       97.7 KiB (100,000 B)' target/demo.log; then
+        cat target/demo.log >&2
+        echo "[test] scripts/demo.sh failed or printed another report" >&2
+        exit 1
+    fi
 fi
 # What a user outside this repository gets: cargo package --workspace with its
 # verification builds, and a new crate depending on memtrack-core by path whose
