@@ -17,17 +17,8 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "build.sh: $*" >&2; exit 1; }
-if [ $# -eq 0 ]; then
-    out=$(mktemp -d "${TMPDIR:-/tmp}/memtrack-allocators.XXXXXX")
-elif [ -L "$1" ]; then
-    die "$1 is a symbolic link: give a directory you own"
-elif [ -e "$1" ]; then
-    { [ -d "$1" ] && [ -O "$1" ]; } || die "$1 is not a directory you own"
-    out=$1
-else
-    { mkdir -p "$(dirname "$1")" && mkdir -m 700 "$1"; } || die "cannot make $1"
-    out=$1
-fi
+. "$here/../tools/out_dir.sh"
+out_dir memtrack-allocators "$@"
 out=$(cd "$out" && pwd)
 
 command -v gcc >/dev/null || die "gcc not found (apt-get install gcc)"
