@@ -662,18 +662,18 @@ impl Engine {
             .map_or(0, |more| purge(more, pid));
         // After the deletions, so that the programs' counts less these are never below
         // what the maps hold (memtrack-ebpf's live_maps.rs).
-        if on_demand != 0 {
-            self.on_demand_purged += on_demand;
-            let _ = self
-                .global
-                .set(global::LIVE_ON_DEMAND_PURGED, self.on_demand_purged, 0);
-        }
-        if on_demand + more != 0 {
-            self.overflow_purged += on_demand + more;
-            let _ = self
-                .global
-                .set(global::LIVE_OVERFLOW_PURGED, self.overflow_purged, 0);
-        }
+        count_purged(
+            &mut self.global,
+            &mut self.on_demand_purged,
+            global::LIVE_ON_DEMAND_PURGED,
+            on_demand,
+        );
+        count_purged(
+            &mut self.global,
+            &mut self.overflow_purged,
+            global::LIVE_OVERFLOW_PURGED,
+            on_demand + more,
+        );
         self.give_back(slots + on_demand + more);
     }
 
@@ -681,12 +681,12 @@ impl Engine {
     /// deletions that freed them: their count less these is never below what the slots
     /// and overflow maps hold).
     fn give_back(&mut self, units: u64) {
-        if units != 0 {
-            self.beyond_purged += units;
-            let _ = self
-                .global
-                .set(global::LIVE_BEYOND_PURGED, self.beyond_purged, 0);
-        }
+        count_purged(
+            &mut self.global,
+            &mut self.beyond_purged,
+            global::LIVE_BEYOND_PURGED,
+            units,
+        );
     }
 
     /// The preallocated live-block entries reserved after load (live_growth.rs).
@@ -806,6 +806,16 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let links = self.take_all_links();
         crate::detach::close_later(links);
+    }
+}
+
+/// Adds `n` to `purged`, this side's count of what it deleted or gave back, and writes
+/// the new count into `GLOBAL` slot `slot` (the programs read it there), unless `n` is
+/// 0.
+fn count_purged(global: &mut Array<MapData, u64>, purged: &mut u64, slot: u32, n: u64) {
+    if n != 0 {
+        *purged += n;
+        let _ = global.set(slot, *purged, 0);
     }
 }
 
