@@ -133,10 +133,13 @@ fn slot_arrays() -> Vec<Array<MapData, LiveSlot>> {
         .collect()
 }
 
-/// Whether `slot` holds this process's block at `p` (its tag without the generation
-/// bits is the address).
-fn holds(slot: &LiveSlot, p: *mut libc::c_void) -> bool {
-    slot.tgid == std::process::id() && slot.tag & (live_slot::ADDR_LIMIT - 1) == p as u64
+/// Whether the slot of this process's block at `p` in `array` holds that block (its tag
+/// without the generation bits is the address). A lookup is a syscall with the value
+/// on the stack: it allocates nothing.
+fn holds(array: &Array<MapData, LiveSlot>, p: *mut libc::c_void) -> bool {
+    array.get(&slot_of(p), 0).is_ok_and(|slot: LiveSlot| {
+        slot.tgid == std::process::id() && slot.tag & (live_slot::ADDR_LIMIT - 1) == p as u64
+    })
 }
 
 /// The slots are used: a block whose slot is free is held in it while it lives (not in
@@ -164,12 +167,8 @@ fn a_block_whose_slot_is_free_is_held_in_it() {
         *p = unsafe { libc::malloc(48) };
         assert!(!p.is_null());
     }
-    // Array lookups are syscalls with the value on the stack: no allocation here.
     for (i, &p) in blocks.iter().enumerate() {
-        held_in[i] = arrays.iter().position(|a| {
-            a.get(&slot_of(p), 0)
-                .is_ok_and(|slot: LiveSlot| holds(&slot, p))
-        });
+        held_in[i] = arrays.iter().position(|a| holds(a, p));
     }
     for p in blocks {
         // SAFETY: a live block from malloc above, freed once.
@@ -178,13 +177,7 @@ fn a_block_whose_slot_is_free_is_held_in_it() {
     let still_held = blocks
         .iter()
         .zip(held_in)
-        .filter(|(p, array)| {
-            array.is_some_and(|a| {
-                arrays[a]
-                    .get(&slot_of(**p), 0)
-                    .is_ok_and(|slot: LiveSlot| holds(&slot, **p))
-            })
-        })
+        .filter(|(p, array)| array.is_some_and(|a| holds(&arrays[a], **p)))
         .count();
     tracker.stop().unwrap();
     let stats = tracker.collect().unwrap();

@@ -12,7 +12,7 @@ use std::{
     sync::{Mutex, OnceLock},
 };
 
-/// The directories [`scratch_dir`] made, with the pid of the process that made them.
+/// The directories [`scratch_dir`] made (in the process [`OWNER`] names).
 static MADE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// The pid of the process whose exit removes them (a forked child that calls `exit`
 /// runs the same handler, and must not remove what its parent still runs).
