@@ -444,6 +444,51 @@ fn in_process_tracker_writes_its_stacks_file() {
     assert_eq!(without.write_stacks(&out).unwrap(), None);
 }
 
+/// Two threads allocating from one stack at the same moment (tests/stacks/racing_max.c):
+/// each of its 40 stacks (`take` recursing 1 to 40 deep) gets 4 blocks of 24 bytes from
+/// each thread, which both raise the stack's maximum at once, and main frees them all
+/// after joining the threads. Every stack's most bytes live at once must be all 8
+/// blocks' 192 bytes, and its blocks then all 8. Plain writes of the two failed here:
+/// 4 runs in 100 had a maximum lowered to 168 bytes by the other thread's late write,
+/// and with the bytes raised by a compare-and-swap, 6 to 11 runs in 300 still had 7
+/// blocks beside 192 bytes.
+#[test]
+fn the_most_bytes_live_on_a_stack_are_kept_when_threads_race() {
+    if !require_privileges("the_most_bytes_live_on_a_stack_are_kept_when_threads_race") {
+        return;
+    }
+    const THREADS: u64 = 2;
+    const ROUNDS: usize = 40;
+    const PER: u64 = 4;
+    const SIZE: u64 = 24;
+    const BLOCKS: u64 = THREADS * PER;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "racing_max");
+    let (tracker, stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
+    let stats = tracker.collect().unwrap();
+    assert_eq!(stats.lost_events, 0, "{stats:#?}");
+    assert!(stacks.process.lost.is_zero(), "{:?}", stacks.process.lost);
+    let mut depths = Vec::new();
+    for (frames, end, c) in named(&stacks, &exe) {
+        if frames.first().map(String::as_str) != Some("take") {
+            continue;
+        }
+        let depth = frames.iter().take_while(|f| *f == "take").count();
+        assert_eq!(end, StackEnd::Complete, "{frames:?}");
+        assert_eq!(frames[depth], "worker", "{frames:?}");
+        assert_eq!(
+            (c.alloc_blocks, c.alloc_bytes, c.freed_blocks, c.freed_bytes),
+            (BLOCKS, BLOCKS * SIZE, BLOCKS, BLOCKS * SIZE),
+            "depth {depth}"
+        );
+        assert_eq!(c.max_live_bytes, BLOCKS * SIZE, "depth {depth}: {c:?}");
+        assert_eq!(c.max_live_blocks, BLOCKS, "depth {depth}: {c:?}");
+        depths.push(depth);
+    }
+    depths.sort();
+    assert_eq!(depths, (1..=ROUNDS).collect::<Vec<_>>());
+}
+
 /// The in-kernel cache of walks (memtrack_common::stack_cache) against stacks that
 /// look alike where it looks first (tests/stacks/twins.c): left, right and same reach
 /// malloc through leaf with the same stack pointer and return address, so they share a

@@ -88,6 +88,25 @@ pub fn raise_to(dst: *mut u64, v: u64) -> Option<bool> {
     None
 }
 
+/// `*dst = v` while `*guard` is still `expected`, with a compare-and-swap loop: Some(true)
+/// when it stored, Some(false) when `guard` had changed, `None` when the loop gave up.
+/// `dst` is read before `guard` is checked and swapped from that value, so a thread
+/// that changes `guard` and then stores into `dst` the same way never has its store
+/// overwritten by an older one (whose swap fails, and whose retry sees `guard` moved).
+#[inline(always)]
+pub fn store_while(dst: *mut u64, v: u64, guard: *const u64, expected: u64) -> Option<bool> {
+    for _ in 0..CAS_TRIES {
+        let old = load(dst);
+        if load(guard) != expected {
+            return Some(false);
+        }
+        if swap(dst, old, v) {
+            return Some(true);
+        }
+    }
+    None
+}
+
 /// `*dst += 1` if `*dst - base` (wrapping) is below `limit`, with a compare-and-swap
 /// loop: Some(true) when it counted one more, Some(false) when the limit was reached,
 /// `None` when the loop gave up.

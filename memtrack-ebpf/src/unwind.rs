@@ -742,10 +742,27 @@ pub fn charge_alloc(stats: *mut PidStats, tgid: u32, stack: u32, size: u64) -> u
         atomics::add(&raw mut (*c).alloc_blocks, 1);
         atomics::add(&raw mut (*c).alloc_bytes, size);
         atomics::add(&raw mut (*c).born_at_sum, born);
+        // Both with compare-and-swaps, for threads allocating from one stack at once:
+        // a plain write could put a smaller maximum over a larger one another thread
+        // had just written, or the blocks of an overtaken maximum over the newer one's
+        // (a store can land after another CPU's later one: tests/stacks/racing_max.c).
+        // Strictly above, as valgrind DHAT keeps the blocks of the first time the
+        // maximum was reached.
         let now_live = live_bytes(c);
-        if now_live > (*c).max_live_bytes {
-            (*c).max_live_bytes = now_live;
-            (*c).max_live_blocks = live_blocks(c);
+        let max = &raw mut (*c).max_live_bytes;
+        if now_live > atomics::load(max) {
+            let stored = match atomics::raise_to(max, now_live) {
+                Some(true) => atomics::store_while(
+                    &raw mut (*c).max_live_blocks,
+                    live_blocks(c),
+                    max,
+                    now_live,
+                ),
+                other => other,
+            };
+            if stored.is_none() {
+                atomics::add(&raw mut (*stats).lost_events, 1);
+            }
         }
     }
     stack
