@@ -34,9 +34,10 @@ pub enum Error {
     /// The results directory holds the results of an earlier run (and `--replace` was
     /// not given): the reports would mix both runs.
     #[error(
-        "results directory {} already holds the results of an earlier run ({count} files, \
-         {first} first): give a new directory, or --replace to remove them first",
-        .dir.display()
+        "results directory {} already holds the results of an earlier run ({}, {first} \
+         first): give a new directory, or --replace to remove them first",
+        .dir.display(),
+        crate::units::count(*.count as u64, "file")
     )]
     EarlierResults {
         /// The directory.

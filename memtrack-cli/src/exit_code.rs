@@ -10,6 +10,10 @@
 /// Everything went well (`report`, `diff`), or the command exited 0 (`run`).
 pub const SUCCESS: u8 = 0;
 
+/// `memtrack run`: the command was found but is not an executable file (as a shell
+/// says it).
+pub const CANNOT_EXECUTE: u8 = 126;
+
 /// `memtrack run`: the command was not found (as a shell says it).
 pub const COMMAND_NOT_FOUND: u8 = 127;
 
@@ -29,9 +33,12 @@ pub const LIMIT_EXCEEDED: u8 = 203;
 pub const HELP: &str = "\
 Exit codes:
   N    memtrack run: the command's own exit code (128 + S when signal S killed it)
+  126  memtrack run: the command is not an executable file
   127  memtrack run: the command was not found
   201  memtrack itself failed (usage, privileges, a results directory holding earlier
-       results without --replace, results that cannot be read or written)
+       results without --replace, results that cannot be read or written, a limit
+       that matches nothing, report --stacks finding no stacks, diff of runs with
+       nothing in common)
   202  events were lost (numbers not exact) and --fail-on-lost was given
   203  a limit was exceeded (--limit; memtrack diff --max-increase)
 201 wins over everything; then a failing command's code; then 203; then 202.";

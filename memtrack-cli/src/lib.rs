@@ -33,6 +33,6 @@ pub mod runner;
 pub mod stack_profile;
 pub mod stacks_report;
 pub mod symbolize;
-mod units;
+pub mod units;
 
 pub use error::{Error, Result};

@@ -190,14 +190,24 @@ pub fn check(limits: &[Limit], dirs: &[DirResults]) -> Checked {
             }
         }
         if !matched {
-            let kind = match limit.target {
-                Target::Benchmarks => "benchmark uri",
-                Target::Processes => "process's command line",
-            };
-            checked.unmatched.push(format!(
-                "limit {:?} matches no {kind} (check the glob {:?})",
-                limit.text, limit.pattern
-            ));
+            let no_regions = dirs
+                .iter()
+                .all(|(_, processes)| processes.iter().all(|p| p.benchmarks.is_empty()));
+            checked.unmatched.push(match (limit.target, no_regions) {
+                (Target::Benchmarks, true) => format!(
+                    "limit {:?} is on benchmarks, and the results have no benchmark \
+                         region (a limit on whole processes is written 'process:CMD_GLOB:...')",
+                    limit.text
+                ),
+                (Target::Benchmarks, false) => format!(
+                    "limit {:?} matches no benchmark uri (check the glob {:?})",
+                    limit.text, limit.pattern
+                ),
+                (Target::Processes, _) => format!(
+                    "limit {:?} matches no process's command line (check the glob {:?})",
+                    limit.text, limit.pattern
+                ),
+            });
         }
     }
     checked
@@ -293,6 +303,16 @@ mod tests {
             ]
         );
         assert_eq!(checked.checks, 5);
+        // Results without any benchmark region: the glob is not what is wrong.
+        let plain: [DirResults; 1] = [(Path::new(""), &processes[1..])];
+        assert_eq!(
+            check(&limits[..1], &plain).unmatched,
+            [
+                "limit \"*::big:peak_live_bytes<=1KiB\" is on benchmarks, and the results have \
+                 no benchmark region (a limit on whole processes is written \
+                 'process:CMD_GLOB:...')"
+            ]
+        );
     }
 
     #[test]

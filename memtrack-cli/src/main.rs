@@ -35,6 +35,7 @@ use memtrack_cli::{
     runner::RunOptions,
     stack_profile::{self, ScopeChoice},
     stacks_report::{self, StacksOptions},
+    units,
 };
 
 #[derive(Parser)]
@@ -80,7 +81,8 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Remove the result files of an earlier run from the -o directory first (only
-        /// memtrack's own: *.MemtrackResult.msgpack and MarkerResult.msgpack).
+        /// memtrack's own: *.MemtrackResult.msgpack, *.MemtrackStacks.msgpack and
+        /// MarkerResult.msgpack).
         #[arg(long, requires = "output")]
         replace: bool,
         /// Write the JSON report to FILE (mode 0600), or with `-` to stdout; with `-`,
@@ -165,8 +167,14 @@ enum Command {
         #[arg(long, conflicts_with_all = ["json", "probes"])]
         stacks: bool,
         /// How many stacks each ranking of --stacks lists.
-        #[arg(long, value_name = "N", default_value_t = 10, requires = "stacks")]
-        top: usize,
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 10,
+            requires = "stacks",
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
+        top: u32,
         /// Show one benchmark region's stacks (by its uri) instead of whole processes.
         #[arg(long, value_name = "URI", requires = "stacks")]
         benchmark: Option<String>,
@@ -278,15 +286,13 @@ fn main() -> ExitCode {
             ..
         } => {
             let request = StacksRequest {
-                top,
+                top: top as usize,
                 benchmark,
                 dhat,
                 pprof,
                 flamegraph_dir,
             };
             report_stacks(&dir, &request)
-                .map(|()| exit_code::SUCCESS)
-                .map_err(|e| e.to_string())
         }
         Command::Report {
             dir,
@@ -385,7 +391,14 @@ impl JsonOut {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let dir = OutputDir::open(parent, owner).map_err(|e| format!("--json: {e}"))?;
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(format!(
+                "--json {}: is a directory (give a file name)",
+                path.display()
+            ));
+        }
+        let dir = OutputDir::open(parent, owner)
+            .map_err(|e| format!("--json {}: its directory: {e}", path.display()))?;
         Ok(JsonOut::File(dir, name.to_owned()))
     }
 
@@ -427,8 +440,21 @@ fn run(
     let outcome = match memtrack_cli::runner::run(spec, &options) {
         Ok(outcome) => outcome,
         Err(e @ Error::Tracking(memtrack::Error::CommandNotFound { .. })) => {
-            eprintln!("memtrack: {e}");
+            // `--stacks 8 -- CMD`: the depth was taken for the command.
+            let hint = match &e {
+                Error::Tracking(memtrack::Error::CommandNotFound { command })
+                    if options.stacks.is_some() && command.parse::<u32>().is_ok() =>
+                {
+                    format!(" (a depth of --stacks is written --stacks={command})")
+                }
+                _ => String::new(),
+            };
+            eprintln!("memtrack: {e}{hint}");
             return Ok(COMMAND_NOT_FOUND);
+        }
+        Err(e @ Error::Tracking(memtrack::Error::NotExecutable { .. })) => {
+            eprintln!("memtrack: {e}");
+            return Ok(exit_code::CANNOT_EXECUTE);
         }
         Err(e) => return Err(e.to_string()),
     };
@@ -486,10 +512,10 @@ fn run(
 fn stacks_line(pid: u32, stacks: &memtrack::stacks::ProcessStacks) -> String {
     let incomplete = stacks.incomplete();
     format!(
-        "stacks of process {pid}: {} stack(s) (depth limit {}) in {}; blocks with an \
+        "stacks of process {pid}: {} (depth limit {}) in {}; blocks with an \
          incomplete stack: {} cut at the depth limit, {} at a frame without unwind \
          information, {} lost (stack map full, or the walk cut short)",
-        stacks.stacks.len(),
+        units::count(stacks.stacks.len() as u64, "stack"),
         stacks.depth_limit,
         memtrack::stacks::stacks_file_name(pid),
         incomplete.truncated_blocks,
@@ -619,42 +645,136 @@ fn append(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("--markdown {}: {e}", path.display()))
 }
 
-/// `memtrack report --stacks DIR`: the top stacks, and the exports asked for.
-fn report_stacks(dir: &std::path::Path, request: &StacksRequest) -> memtrack_cli::Result<()> {
-    let processes = stack_profile::load_dir(dir)?;
+/// `memtrack report --stacks DIR`: the top stacks, and the exports asked for. Like
+/// `memtrack report`, it reports what it can read and then fails (201) if any file was
+/// skipped; it fails too when no process there has the stacks asked for.
+fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, String> {
+    // Every export's target first: a bad one fails before anything is shown.
+    let checked = [
+        request.dhat.as_deref().map(export::check_file_target),
+        request.pprof.as_deref().map(export::check_file_target),
+        request
+            .flamegraph_dir
+            .as_deref()
+            .map(export::check_dir_target),
+    ];
+    for check in checked.into_iter().flatten() {
+        check.map_err(|e| e.to_string())?;
+    }
+    let loaded = stack_profile::load_dir(dir).map_err(|e| e.to_string())?;
+    for refused in &loaded.refused {
+        eprintln!("memtrack: skipped {refused}");
+    }
+    if loaded.processes.is_empty() {
+        return Err(no_results_for_stacks(dir, loaded.refused.len()));
+    }
     let choice = match &request.benchmark {
         None => ScopeChoice::Process,
         Some(uri) => ScopeChoice::Benchmark(uri.clone()),
     };
-    let (profiles, skipped) = stack_profile::resolve(&processes, &choice);
-    let exporting =
-        request.dhat.is_some() || request.pprof.is_some() || request.flamegraph_dir.is_some();
-    if profiles.is_empty() && exporting {
-        return Err(Error::Stacks {
-            path: dir.to_path_buf(),
-            reason: match &request.benchmark {
-                None => "no process there has stacks to export".to_string(),
-                Some(uri) => format!("no process there has stacks of benchmark {uri}"),
-            },
-        });
-    }
+    let (profiles, skipped) = stack_profile::resolve(&loaded.processes, &choice);
     let options = StacksOptions { top: request.top };
     print!("{}", stacks_report::render(&profiles, &skipped, options));
+    if profiles.is_empty() {
+        return Err(match &request.benchmark {
+            None => format!(
+                "no process in {} has stacks (they are recorded by memtrack run --stacks, \
+                 or MEMTRACK_STACKS for the benchmark integrations)",
+                dir.display()
+            ),
+            Some(uri) => {
+                let mut regions: Vec<&str> = loaded
+                    .processes
+                    .iter()
+                    .filter_map(|p| p.stacks.as_ref())
+                    .flat_map(|s| s.regions.iter().map(|r| r.uri.as_str()))
+                    .collect();
+                regions.sort_unstable();
+                regions.dedup();
+                let there = if regions.is_empty() {
+                    "none has stacks of any benchmark".to_string()
+                } else {
+                    format!("benchmarks with stacks there: {}", regions.join(", "))
+                };
+                format!(
+                    "no process in {} has stacks of benchmark {uri} (the exact uri; {there})",
+                    dir.display()
+                )
+            }
+        });
+    }
     let mut written = Vec::new();
-    if let Some(path) = &request.dhat {
-        written.extend(export::dhat::write_all(&profiles, path)?);
-    }
-    if let Some(path) = &request.pprof {
-        export::pprof::write(&profiles, path)?;
-        written.push(path.clone());
-    }
-    if let Some(dir) = &request.flamegraph_dir {
-        written.extend(export::flamegraph::write_all(&profiles, dir)?);
-    }
-    for path in written {
+    let mut export = || -> memtrack_cli::Result<()> {
+        if let Some(path) = &request.dhat {
+            written.extend(export::dhat::write_all(&profiles, path)?);
+        }
+        if let Some(path) = &request.pprof {
+            export::pprof::write(&profiles, path)?;
+            written.push(path.clone());
+        }
+        if let Some(dir) = &request.flamegraph_dir {
+            written.extend(export::flamegraph::write_all(&profiles, dir)?);
+        }
+        Ok(())
+    };
+    let exported = export();
+    for path in &written {
         eprintln!("memtrack: wrote {}", path.display());
     }
-    Ok(())
+    exported.map_err(|e| e.to_string())?;
+    if !loaded.refused.is_empty() {
+        let reported = loaded.processes.len();
+        return Err(format!(
+            "reported {reported} process(es) of {} in {}; {} skipped (above)",
+            reported + loaded.refused.len(),
+            dir.display(),
+            loaded.refused.len()
+        ));
+    }
+    Ok(exit_code::SUCCESS)
+}
+
+/// Why `memtrack report --stacks DIR` has nothing to report when DIR holds no readable
+/// result file: `refused` files could not be read, or there are none; it reads one
+/// results directory (not the tree below, as `memtrack report` does), so the result
+/// directories below DIR are named.
+fn no_results_for_stacks(dir: &Path, refused: usize) -> String {
+    if refused != 0 {
+        return format!(
+            "nothing in {} could be read ({} skipped, above): nothing to report",
+            dir.display(),
+            units::count(refused as u64, "file")
+        );
+    }
+    let below: Vec<String> = MemtrackResult::scan_tree(dir)
+        .map(|tree| {
+            tree.dirs
+                .iter()
+                .map(|d| dir.join(&d.relative).display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    const NAMED: usize = 5;
+    let hint = match below.len() {
+        0 => String::new(),
+        n => {
+            let more = if n > NAMED {
+                format!(" and {} more", n - NAMED)
+            } else {
+                String::new()
+            };
+            format!(
+                "; --stacks reads one results directory, and these below it hold results: \
+                 {}{more}",
+                below[..n.min(NAMED)].join(", ")
+            )
+        }
+    };
+    format!(
+        "{} holds no result files (*{}): nothing to report{hint}",
+        dir.display(),
+        memtrack::RESULT_FILE_SUFFIX
+    )
 }
 
 #[cfg(test)]
@@ -699,6 +819,24 @@ mod tests {
         assert_eq!(depth(&["--stacks=64"]), Ok(Some(64)));
         assert_eq!(depth(&["--stacks=0"]), Err(ErrorKind::ValueValidation));
         assert_eq!(depth(&["--stacks=65"]), Err(ErrorKind::ValueValidation));
+    }
+
+    /// `report --stacks --top N` lists at least one stack per ranking.
+    #[test]
+    fn top_is_at_least_one() {
+        use clap::error::ErrorKind;
+        let top = |n: &str| -> Result<u32, ErrorKind> {
+            let argv = ["memtrack", "report", "--stacks", "--top", n, "dir"];
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Command::Report { top, .. },
+                }) => Ok(top),
+                Ok(_) => panic!("parsed as another command than report"),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        assert_eq!(top("1"), Ok(1));
+        assert_eq!(top("0"), Err(ErrorKind::ValueValidation));
     }
 
     #[test]

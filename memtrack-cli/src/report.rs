@@ -15,7 +15,7 @@ use memtrack::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
 
 use crate::{
     limits::DirResults,
-    units::{bytes, exact, size},
+    units::{bytes, count, exact, size},
 };
 
 /// What the human report shows besides the numbers.
@@ -123,7 +123,7 @@ fn aligned(rows: Vec<[String; 2]>, indent: &str) -> String {
 fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
     let mut rows = Vec::new();
     let mut row = |label: &str, value: String| rows.push([label.to_string(), value]);
-    let blocks = |n: u64, b: u64| format!("{} blocks, {}", exact(n), bytes(b));
+    let blocks = |n: u64, b: u64| format!("{}, {}", count(n, "block"), bytes(b));
     row(
         "allocations",
         blocks(stats.alloc_calls, stats.bytes_allocated),
@@ -220,7 +220,7 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
         let exit = match (p.exit_code, p.exit_signal) {
             (Some(code), _) => format!("exit {code}"),
             (None, Some(sig)) => format!("killed by signal {sig}"),
-            (None, None) => "still running".to_string(),
+            (None, None) => "still running when its results were saved".to_string(),
         };
         out.push_str(&format!(
             "process {} (parent {}): {} [{exit}]\n",
@@ -230,9 +230,9 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
         ));
         for image in &p.earlier_images {
             out.push_str(&format!(
-                "  before exec, as {}: {} blocks, {} allocated, {} live at exec\n",
+                "  before exec, as {}: {}, {} allocated, {} live at exec\n",
                 image.command.join(" "),
-                exact(image.stats.alloc_calls),
+                count(image.stats.alloc_calls, "block"),
                 bytes(image.stats.bytes_allocated),
                 bytes(image.stats.live_bytes)
             ));

@@ -13,7 +13,7 @@ use std::{
 };
 
 use memtrack::{
-    RunResults, Stats, TrackedProcess,
+    Stats, TrackedProcess,
     stacks::{Frame, ProcessStacks, ScopeStacks, StackCounts, StackEnd, StackId, StackObject},
 };
 use serde::Serialize;
@@ -111,24 +111,47 @@ pub struct LoadedProcess {
     pub stacks: Option<ProcessStacks>,
 }
 
+/// What [`load_dir`] read from a results directory.
+#[derive(Clone, Debug, Default)]
+pub struct LoadedDir {
+    /// Every process whose result file (and stacks file, if it has one) was read,
+    /// ordered by pid.
+    pub processes: Vec<LoadedProcess>,
+    /// The files that were not read, each named with why: result files, and the
+    /// stacks files whose process is left out of `processes` for it. The others are
+    /// reported all the same.
+    pub refused: Vec<String>,
+}
+
 /// Reads every process's result in `dir` (ordered by pid) with the stacks saved beside
-/// it.
-pub fn load_dir(dir: &Path) -> Result<Vec<LoadedProcess>> {
-    let results = RunResults::read_dir(dir)?;
-    results
-        .processes
-        .into_iter()
-        .map(|process| {
-            let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", process.pid));
-            // symlink_metadata: a link named like a stacks file is refused, not followed.
-            let stacks = if path.symlink_metadata().is_ok() {
-                Some(read_stacks(&path)?)
-            } else {
-                None
-            };
-            Ok(LoadedProcess { process, stacks })
-        })
-        .collect()
+/// it. A result or stacks file that cannot be read is said in the answer, and the
+/// others are read all the same; only a directory that cannot be listed is an error.
+pub fn load_dir(dir: &Path) -> Result<LoadedDir> {
+    let scan = memtrack::MemtrackResult::scan_dir(dir)?;
+    let mut loaded = LoadedDir {
+        processes: Vec::new(),
+        refused: scan.refused.iter().map(ToString::to_string).collect(),
+    };
+    for result in scan.results {
+        let process = result.process;
+        let path = dir.join(format!("{}{STACKS_FILE_SUFFIX}", process.pid));
+        // symlink_metadata: a link named like a stacks file is refused, not followed.
+        if path.symlink_metadata().is_err() {
+            loaded.processes.push(LoadedProcess {
+                process,
+                stacks: None,
+            });
+            continue;
+        }
+        match read_stacks(&path) {
+            Ok(stacks) => loaded.processes.push(LoadedProcess {
+                process,
+                stacks: Some(stacks),
+            }),
+            Err(e) => loaded.refused.push(e.to_string()),
+        }
+    }
+    Ok(loaded)
 }
 
 /// Which counters the views show.

@@ -13,7 +13,7 @@ use memtrack::stacks::StackCounts;
 use crate::{
     stack_profile::{ShownStack, StackProfile},
     symbolize::LogicalFrame,
-    units::bytes,
+    units::{bytes, count},
 };
 
 /// What the stacks report shows.
@@ -75,8 +75,7 @@ pub fn render(
 }
 
 fn counts_text(bytes_n: u64, blocks: u64) -> String {
-    let unit = if blocks == 1 { "block" } else { "blocks" };
-    format!("{} in {blocks} {unit}", bytes(bytes_n))
+    format!("{} in {}", bytes(bytes_n), count(blocks, "block"))
 }
 
 fn duration(ns: u64) -> String {
@@ -101,8 +100,11 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
         .unwrap_or_default();
     let _ = writeln!(
         out,
-        "  {} stacks (depth limit {}): allocated {}; at peak {}{peak_time}; live at end {}",
-        p.stacks.iter().filter(|s| s.id.is_some()).count(),
+        "  {} (depth limit {}): allocated {}; at peak {}{peak_time}; live at end {}",
+        count(
+            p.stacks.iter().filter(|s| s.id.is_some()).count() as u64,
+            "stack"
+        ),
         p.depth_limit,
         counts_text(t.alloc_bytes, t.alloc_blocks),
         counts_text(t.at_peak_bytes, t.at_peak_blocks),
@@ -132,7 +134,8 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
             p.regions.join(", ")
         );
     }
-    let shown = shortest_distinguishing(&p.stacks);
+    let texts = frame_texts(&p.stacks);
+    let shown = shortest_distinguishing(&texts);
     for (metric, heading) in RANKINGS {
         let total = metric.bytes(t);
         let mut ranked: Vec<usize> = (0..p.stacks.len())
@@ -143,8 +146,8 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
         let listed = ranked.len().min(options.top);
         let _ = writeln!(
             out,
-            "\n  top {listed} of {} stacks by {heading}:",
-            ranked.len()
+            "\n  top {listed} of {} by {heading}:",
+            count(ranked.len() as u64, "stack")
         );
         if ranked.is_empty() {
             let _ = writeln!(out, "    (none)");
@@ -152,13 +155,22 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
         for (rank, &i) in ranked.iter().take(options.top).enumerate() {
             let stack = &p.stacks[i];
             let share = 100.0 * metric.bytes(&stack.counts) as f64 / total as f64;
-            render_stack(out, rank + 1, share, stack, shown[i]);
+            render_stack(out, rank + 1, share, stack, &texts[i], shown[i]);
         }
     }
     out.push('\n');
 }
 
-fn render_stack(out: &mut String, rank: usize, share: f64, stack: &ShownStack, shown: usize) {
+/// One ranked stack: its counters, its first `shown` frames (`texts`, one per logical
+/// frame), then the rest summed up in one line.
+fn render_stack(
+    out: &mut String,
+    rank: usize,
+    share: f64,
+    stack: &ShownStack,
+    texts: &[String],
+    shown: usize,
+) {
     let c = &stack.counts;
     let _ = writeln!(
         out,
@@ -168,8 +180,8 @@ fn render_stack(out: &mut String, rank: usize, share: f64, stack: &ShownStack, s
         counts_text(c.live_bytes, c.live_blocks),
     );
     let logical: Vec<_> = stack.logical().collect();
-    for (frame, l) in logical.iter().take(shown) {
-        let mut line = format!("         {}", frame_text(l));
+    for ((frame, _), text) in logical.iter().zip(texts).take(shown) {
+        let mut line = format!("         {text}");
         if !frame.symbolized
             && let Some(object) = frame.object()
         {
@@ -214,16 +226,55 @@ pub fn frame_text(l: &LogicalFrame) -> String {
     text
 }
 
-/// For each stack, how many of its logical frames (innermost first) it takes to tell it
-/// apart from every other stack: one more than its longest common prefix with any
-/// other, at most all of them (a stack that is the beginning of another one needs all).
-/// Frames compare by what is shown of them. Sorting puts the stacks sharing the longest
-/// prefix with a stack next to it, so the neighbours are the only ones to compare with.
-pub fn shortest_distinguishing(stacks: &[ShownStack]) -> Vec<usize> {
-    let keys: Vec<Vec<String>> = stacks
+/// The text of each logical frame of each stack, as the report shows it
+/// ([`frame_text`]). A stack whose frames all read the same as another stack's (two
+/// calls on one source line, an unrolled loop) also gets each symbolized frame's
+/// address in its object (`at OBJECT+0xADDRESS`, on the frame's outermost logical
+/// frame), so that no two stacks read alike.
+pub fn frame_texts(stacks: &[ShownStack]) -> Vec<Vec<String>> {
+    let plain: Vec<Vec<String>> = stacks
         .iter()
         .map(|s| s.logical().map(|(_, l)| frame_text(l)).collect())
         .collect();
+    let mut alike: std::collections::HashMap<&[String], usize> = Default::default();
+    for texts in &plain {
+        *alike.entry(texts.as_slice()).or_default() += 1;
+    }
+    stacks
+        .iter()
+        .zip(&plain)
+        .map(|(stack, texts)| {
+            if alike[texts.as_slice()] == 1 {
+                return texts.clone();
+            }
+            stack
+                .logical()
+                .zip(texts)
+                .map(
+                    |((frame, l), text)| match (frame.shown_address(), l.inlined) {
+                        (Some(address), false) if frame.symbolized => {
+                            let name = frame.object().map_or_else(String::new, |o| {
+                                o.path.file_name().map_or_else(
+                                    || o.path.display().to_string(),
+                                    |n| n.to_string_lossy().into_owned(),
+                                )
+                            });
+                            format!("{text} at {name}+{address:#x}")
+                        }
+                        _ => text.clone(),
+                    },
+                )
+                .collect()
+        })
+        .collect()
+}
+
+/// For each stack (its frames' texts, innermost first), how many of its logical frames
+/// it takes to tell it apart from every other stack: one more than its longest common
+/// prefix with any other, at most all of them (a stack that is the beginning of another
+/// one needs all). Sorting puts the stacks sharing the longest prefix with a stack next
+/// to it, so the neighbours are the only ones to compare with.
+pub fn shortest_distinguishing(keys: &[Vec<String>]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
     let common = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
@@ -281,16 +332,72 @@ mod tests {
             stack(&["grow", "main"], 1),
             stack(&["decode", "load"], 1), // the beginning of the first one
         ];
-        assert_eq!(shortest_distinguishing(&stacks), vec![3, 2, 1, 2]);
-        assert_eq!(shortest_distinguishing(&stacks[..1]), vec![1]);
+        let texts = frame_texts(&stacks);
+        assert_eq!(shortest_distinguishing(&texts), vec![3, 2, 1, 2]);
+        assert_eq!(shortest_distinguishing(&texts[..1]), vec![1]);
         assert_eq!(shortest_distinguishing(&[]), Vec::<usize>::new());
+    }
+
+    /// Two calls of malloc on one source line (or an unrolled loop): their stacks read
+    /// the same, so their frames are shown with their addresses, as far as those
+    /// differ; a stack that reads differently keeps the plain text.
+    #[test]
+    fn stacks_that_read_alike_are_told_apart_by_their_addresses() {
+        let object = memtrack::stacks::StackObject {
+            path: "/usr/bin/ct".into(),
+            build_id: None,
+        };
+        let at = |function: &str, address: u64| ShownFrame {
+            place: Place::Object {
+                object: object.clone(),
+                address,
+                interrupted: false,
+            },
+            logical: vec![LogicalFrame {
+                function: function.to_string(),
+                location: Some(crate::symbolize::SourceLocation {
+                    file: "ct.c".to_string(),
+                    path: "/src/ct.c".into(),
+                    line: Some(5),
+                    column: None,
+                }),
+                inlined: false,
+            }],
+            symbolized: true,
+        };
+        let with = |frames: Vec<ShownFrame>| ShownStack {
+            frames,
+            ..stack(&[], 1)
+        };
+        let stacks = [
+            with(vec![at("load", 0x1198), at("main", 0x1050)]),
+            with(vec![at("load", 0x11b0), at("main", 0x1050)]),
+            with(vec![at("other", 0x1200), at("main", 0x1060)]),
+        ];
+        let texts = frame_texts(&stacks);
+        assert_eq!(
+            texts,
+            [
+                vec!["load (ct.c:5) at ct+0x1197", "main (ct.c:5) at ct+0x104f"],
+                vec!["load (ct.c:5) at ct+0x11af", "main (ct.c:5) at ct+0x104f"],
+                vec!["other (ct.c:5)", "main (ct.c:5)"],
+            ]
+        );
+        assert_eq!(shortest_distinguishing(&texts), vec![1, 1, 1]);
     }
 
     #[test]
     fn stacks_show_their_distinguishing_frames_then_the_rest_in_one_line() {
         let mut out = String::new();
         let s = stack(&["decode", "load", "main", "a", "b", "c", "d"], 1160);
-        render_stack(&mut out, 1, 79.45, &s, 2);
+        render_stack(
+            &mut out,
+            1,
+            79.45,
+            &s,
+            &frame_texts(std::slice::from_ref(&s))[0],
+            2,
+        );
         assert_eq!(
             out,
             "    1.  79.5%  allocated 1.1 KiB (1,160 B) in 1 block, at peak 0 B in 0 blocks, \

@@ -5,18 +5,24 @@ use humansize::{BINARY, format_size};
 use num_format::{Locale, ToFormattedString};
 
 /// A count with thousands separated: `1,048,576`.
-pub(crate) fn exact(n: u64) -> String {
+pub fn exact(n: u64) -> String {
     n.to_formatted_string(&Locale::en)
 }
 
+/// A count and its noun, in the plural but for one: `1 block`, `1,024 blocks`.
+pub fn count(n: u64, noun: &str) -> String {
+    let plural = if n == 1 { "" } else { "s" };
+    format!("{} {noun}{plural}", exact(n))
+}
+
 /// A byte count rounded in binary units: `512 B`, `1.5 KiB`, `1 MiB`.
-pub(crate) fn size(n: u64) -> String {
+pub fn size(n: u64) -> String {
     format_size(n, BINARY.decimal_places(1))
 }
 
 /// `1.5 KiB (1,536 B)`: rounded for reading, exact for checking (`512 B` alone below
 /// 1 KiB, where both are the same).
-pub(crate) fn bytes(n: u64) -> String {
+pub fn bytes(n: u64) -> String {
     if n < 1024 {
         return size(n);
     }
@@ -37,5 +43,8 @@ mod tests {
         assert_eq!(bytes(1_048_576), "1 MiB (1,048,576 B)");
         assert_eq!(bytes(3 << 30 | 1 << 29), "3.5 GiB (3,758,096,384 B)");
         assert_eq!(size(8192), "8 KiB");
+        assert_eq!(count(0, "block"), "0 blocks");
+        assert_eq!(count(1, "block"), "1 block");
+        assert_eq!(count(12_345, "stack"), "12,345 stacks");
     }
 }

@@ -205,8 +205,9 @@ fn each_outcome_has_its_exit_code() {
     assert_code(&out, MEMTRACK_FAILED);
     assert!(
         text(&out.stderr).ends_with(
-            "memtrack: limit \"nothing:alloc_calls<=0\" matches no benchmark uri (check the \
-             glob \"nothing\")\n"
+            "memtrack: limit \"nothing:alloc_calls<=0\" is on benchmarks, and the results \
+             have no benchmark region (a limit on whole processes is written \
+             'process:CMD_GLOB:...')\n"
         ),
         "{}",
         text(&out.stderr)

@@ -28,6 +28,56 @@ fn missing_command_exits_127_with_one_line() {
     );
 }
 
+/// A file that is there but not executable: 126, as a shell says it, not memtrack's
+/// own failure (201).
+#[test]
+fn non_executable_command_exits_126_with_one_line() {
+    if !require_privileges("non_executable_command") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.txt");
+    std::fs::write(&file, "not a program\n").unwrap();
+    for target in [file.as_path(), dir.path()] {
+        let out = Command::new(memtrack_bin())
+            .arg("run")
+            .arg("--")
+            .arg(target)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(126), "{target:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("permission denied (not an executable file)"),
+            "{stderr}"
+        );
+    }
+}
+
+/// `--json` naming a directory fails before the command runs, saying so.
+#[test]
+fn json_to_a_directory_fails_before_the_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("ran");
+    let out = Command::new(memtrack_bin())
+        .args(["run", "--json"])
+        .arg(dir.path())
+        .args(["--", "touch"])
+        .arg(&mark)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(201));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "memtrack: --json {}: is a directory (give a file name)\n",
+            dir.path().display()
+        )
+    );
+    assert!(!mark.exists());
+}
+
 #[test]
 fn missing_command_is_an_error_value() {
     if !require_privileges("missing_command_value") {

@@ -57,7 +57,7 @@ process 21423 (parent 21417): /tmp/memtrack-fixtures/fork [exit 0]
   calls           free 2, malloc 5
 process 21426 (parent 21423): /tmp/memtrack-fixtures/fork [exit 0]
   allocations     3 blocks, 3.0 KiB (3,100 B)
-  frees           1 blocks, 1000 B
+  frees           1 block, 1000 B
   live at end     2 blocks, 2.1 KiB (2,100 B)
   peak live       3.0 KiB (3,100 B)
   unmatched frees 1 (pointers memtrack did not see allocated)

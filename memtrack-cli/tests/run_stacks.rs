@@ -85,7 +85,7 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
     let exe = build(dir.path(), "call_tree.c");
     let (results, pid, stderr) = run_with_stacks(dir.path(), &exe);
     let said = format!(
-        "memtrack: stacks of process {pid}: 2 stack(s) (depth limit 64) in \
+        "memtrack: stacks of process {pid}: 2 stacks (depth limit 64) in \
          {pid}.MemtrackStacks.msgpack; blocks with an incomplete stack: 0 cut at the depth \
          limit, 0 at a frame without unwind information, 0 lost (stack map full, or the \
          walk cut short)\n"
@@ -272,7 +272,7 @@ impl DeepRun {
     fn assert_said(&self, depth_limit: u32, cut: u64) {
         let pid = self.pid;
         let said = format!(
-            "memtrack: stacks of process {pid}: 1 stack(s) (depth limit {depth_limit}) in \
+            "memtrack: stacks of process {pid}: 1 stack (depth limit {depth_limit}) in \
              {pid}.MemtrackStacks.msgpack; blocks with an incomplete stack: {cut} cut at the \
              depth limit, 0 at a frame without unwind information, 0 lost (stack map full, \
              or the walk cut short)\n"

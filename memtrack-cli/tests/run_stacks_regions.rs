@@ -59,7 +59,7 @@ fn stacks_per_benchmark_region_equal_each_region_and_add_up_to_the_process() {
     let result = &read[0].process;
     let pid = result.pid;
     assert!(
-        stderr.contains(&format!("memtrack: stacks of process {pid}: 3 stack(s)")),
+        stderr.contains(&format!("memtrack: stacks of process {pid}: 3 stacks")),
         "{stderr}"
     );
     let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();

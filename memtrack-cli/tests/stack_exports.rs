@@ -7,7 +7,7 @@
 
 mod stack_fixtures;
 
-use std::{io::Read, path::Path, process::Command};
+use std::{ffi::OsStr, io::Read, path::Path, process::Command};
 
 use memtrack::{
     BenchmarkStats, MemtrackResult, Stats,
@@ -517,6 +517,18 @@ fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))
 }
 
+const NO_ARGS: [&OsStr; 0] = [];
+
+/// `memtrack report --stacks DIR ARGS...`, run to its end.
+fn report_stacks<const N: usize>(dir: &Path, args: [&OsStr; N]) -> std::process::Output {
+    memtrack()
+        .args(["report", "--stacks"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn save(dir: &Path, p: &LoadedProcess) {
     MemtrackResult::new(p.process.clone())
         .write_to_dir(dir)
@@ -599,7 +611,7 @@ fn report_stacks_writes_every_export() {
     let stdout = String::from_utf8(region.stdout).unwrap();
     assert!(
         stdout.starts_with(
-            "benchmark benches/decode.rs::load_other in process 4242: ./call_tree\n  1 stacks \
+            "benchmark benches/decode.rs::load_other in process 4242: ./call_tree\n  1 stack \
              (depth limit 64): allocated 300 B in 3 blocks; at peak 100 B in 1 block, 1.0 ms \
              after the start; live at end 0 B in 0 blocks\n  the stacks add up exactly to the \
              counters\n"
@@ -621,13 +633,10 @@ fn several_processes_get_one_dhat_file_each() {
     save(results.path(), &first);
     save(results.path(), &second);
     let out = tempfile::tempdir().unwrap();
-    let run = memtrack()
-        .args(["report", "--stacks"])
-        .arg(results.path())
-        .arg("--dhat")
-        .arg(out.path().join("d.json"))
-        .output()
-        .unwrap();
+    let run = report_stacks(
+        results.path(),
+        ["--dhat".as_ref(), out.path().join("d.json").as_ref()],
+    );
     assert_eq!(run.status.code(), Some(0));
     for pid in [4242, 4243] {
         let path = out.path().join(format!("d.{pid}.json"));
@@ -646,16 +655,12 @@ fn a_corrupt_stacks_file_is_an_error_naming_it() {
         .unwrap();
     let path = results.path().join("4242.MemtrackStacks.msgpack");
     std::fs::write(&path, b"\x93\x01").unwrap();
-    let run = memtrack()
-        .args(["report", "--stacks"])
-        .arg(results.path())
-        .output()
-        .unwrap();
+    let run = report_stacks(results.path(), NO_ARGS);
     assert_eq!(run.status.code(), Some(201));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         stderr.starts_with(&format!(
-            "memtrack: reading stacks from {}: truncated or corrupt MessagePack",
+            "memtrack: skipped reading stacks from {}: truncated or corrupt MessagePack",
             path.display()
         )),
         "{stderr}"
@@ -664,38 +669,179 @@ fn a_corrupt_stacks_file_is_an_error_naming_it() {
     let mut bad = p.stacks.clone().unwrap();
     bad.stacks[1].frames[2].object = Some(7);
     stack_profile::write_stacks(results.path(), 4242, &bad).unwrap();
-    let run = memtrack()
-        .args(["report", "--stacks"])
-        .arg(results.path())
-        .output()
-        .unwrap();
+    let run = report_stacks(results.path(), NO_ARGS);
     assert_eq!(run.status.code(), Some(201));
     assert_eq!(
         String::from_utf8_lossy(&run.stderr),
         format!(
-            "memtrack: reading stacks from {}: stack 1, frame 2: object 7 does not exist \
-             (1 objects)\n",
-            path.display()
+            "memtrack: skipped reading stacks from {}: stack 1, frame 2: object 7 does not \
+             exist (objects are numbered from 0 to 0)\nmemtrack: nothing in {} could be read \
+             (1 file skipped, above): nothing to report\n",
+            path.display(),
+            results.path().display()
         )
     );
 }
 
+/// No stacks to show is an error (201), said with what there is; the processes are
+/// still listed.
 #[test]
-fn exporting_nothing_is_an_error() {
+fn no_stacks_to_show_is_an_error() {
     let results = tempfile::tempdir().unwrap();
     save(results.path(), &with_region());
+    let out = tempfile::tempdir().unwrap();
     let run = memtrack()
         .args(["report", "--stacks", "--benchmark", "nope"])
         .arg(results.path())
-        .args(["--pprof", "/nonexistent/x.pb.gz"])
+        .arg("--pprof")
+        .arg(out.path().join("x.pb.gz"))
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(201));
     assert_eq!(
         String::from_utf8_lossy(&run.stderr),
         format!(
-            "memtrack: reading stacks from {}: no process there has stacks of benchmark nope\n",
+            "memtrack: no process in {} has stacks of benchmark nope (the exact uri; \
+             benchmarks with stacks there: benches/decode.rs::load_other)\n",
             results.path().display()
+        )
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "process 4242: did not run that benchmark\n"
+    );
+    assert!(!out.path().join("x.pb.gz").exists());
+
+    let mut without = with_region();
+    without.stacks = None;
+    let plain = tempfile::tempdir().unwrap();
+    save(plain.path(), &without);
+    let run = report_stacks(plain.path(), NO_ARGS);
+    assert_eq!(run.status.code(), Some(201));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("has stacks (they are recorded by memtrack run --stacks"),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "process 4242: no stacks recorded\n"
+    );
+}
+
+/// An export that cannot be written fails before anything is shown: a missing
+/// directory, a flamegraph directory that is a file, a link.
+#[test]
+fn bad_export_targets_fail_before_the_report() {
+    let results = tempfile::tempdir().unwrap();
+    save(results.path(), &with_region());
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("file");
+    std::fs::write(&file, "kept").unwrap();
+    let link = out.path().join("link.json");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let cases: [(&str, &Path, String); 4] = [
+        (
+            "--pprof",
+            Path::new("/nonexistent/x.pb.gz"),
+            "writing /nonexistent/x.pb.gz: its directory /nonexistent does not exist: not \
+             written"
+                .to_string(),
+        ),
+        (
+            "--flamegraph-dir",
+            &file,
+            format!(
+                "writing {}: exists and is not a directory: not written",
+                file.display()
+            ),
+        ),
+        (
+            "--dhat",
+            out.path(),
+            format!(
+                "writing {}: is a directory (give a file name): not written",
+                out.path().display()
+            ),
+        ),
+        (
+            "--dhat",
+            &link,
+            format!(
+                "writing {}: is a symbolic link: not written",
+                link.display()
+            ),
+        ),
+    ];
+    for (flag, target, said) in cases {
+        let run = report_stacks(results.path(), [flag.as_ref(), target.as_ref()]);
+        assert_eq!(run.status.code(), Some(201), "{flag} {target:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&run.stderr),
+            format!("memtrack: {said}\n")
+        );
+        assert!(run.stdout.is_empty(), "{flag} {target:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+}
+
+/// A file that cannot be read is skipped and named, the others are reported, and the
+/// exit code is 201, as `memtrack report` does; a directory holding no results names
+/// the result directories below it (`--stacks` reads one directory).
+#[test]
+fn unreadable_files_are_skipped_and_the_rest_reported() {
+    let results = tempfile::tempdir().unwrap();
+    save(results.path(), &with_region());
+    let bad = results.path().join("777.MemtrackResult.msgpack");
+    std::fs::write(&bad, b"not msgpack").unwrap();
+    let run = report_stacks(results.path(), NO_ARGS);
+    assert_eq!(run.status.code(), Some(201));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.starts_with("process 4242: ./call_tree\n"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "memtrack: skipped result file {}: not a memtrack result",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "memtrack: reported 1 process(es) of 2 in {}; 1 skipped (above)",
+            results.path().display()
+        )
+    );
+
+    let tree = tempfile::tempdir().unwrap();
+    let run = report_stacks(tree.path(), NO_ARGS);
+    assert_eq!(run.status.code(), Some(201));
+    assert_eq!(
+        String::from_utf8_lossy(&run.stderr),
+        format!(
+            "memtrack: {} holds no result files (*.MemtrackResult.msgpack): nothing to report\n",
+            tree.path().display()
+        )
+    );
+    let below = tree.path().join("suite/bench");
+    std::fs::create_dir_all(&below).unwrap();
+    save(&below, &with_region());
+    let run = report_stacks(tree.path(), NO_ARGS);
+    assert_eq!(run.status.code(), Some(201));
+    assert_eq!(
+        String::from_utf8_lossy(&run.stderr),
+        format!(
+            "memtrack: {} holds no result files (*.MemtrackResult.msgpack): nothing to \
+             report; --stacks reads one results directory, and these below it hold results: \
+             {}\n",
+            tree.path().display(),
+            below.display()
         )
     );
     assert!(run.stdout.is_empty());
@@ -714,31 +860,23 @@ fn a_stacks_file_that_is_a_link_or_a_fifo_is_not_read() {
             .unwrap();
     std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
     let report = || {
-        let run = memtrack()
-            .args(["report", "--stacks"])
-            .arg(results.path())
-            .output()
-            .unwrap();
+        let run = report_stacks(results.path(), NO_ARGS);
         assert_eq!(run.status.code(), Some(201));
         String::from_utf8_lossy(&run.stderr).into_owned()
     };
-    assert_eq!(
-        report(),
+    let refused = |why: &str| {
         format!(
-            "memtrack: reading stacks from {}: is a symbolic link: not read\n",
-            path.display()
+            "memtrack: skipped reading stacks from {}: {why}\nmemtrack: nothing in {} could \
+             be read (1 file skipped, above): nothing to report\n",
+            path.display(),
+            results.path().display()
         )
-    );
+    };
+    assert_eq!(report(), refused("is a symbolic link: not read"));
     std::fs::remove_file(&path).unwrap();
     mkfifo(&path);
     // Opened without blocking, then refused: the report does not hang on it.
-    assert_eq!(
-        report(),
-        format!(
-            "memtrack: reading stacks from {}: not a regular file: not read\n",
-            path.display()
-        )
-    );
+    assert_eq!(report(), refused("not a regular file: not read"));
 }
 
 fn mkfifo(path: &Path) {

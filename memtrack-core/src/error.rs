@@ -104,6 +104,14 @@ pub enum Error {
         command: String,
     },
 
+    /// The command names a file that is not an executable one (no execute permission,
+    /// or a directory).
+    #[error("cannot start {command}: permission denied (not an executable file)")]
+    NotExecutable {
+        /// The program name as given.
+        command: String,
+    },
+
     /// The command could not be started.
     #[error("cannot start {command}: {reason}")]
     Spawn {

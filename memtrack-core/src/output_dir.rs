@@ -188,7 +188,7 @@ impl OutputDir {
             // a crash of the machine, and cost 10-70 ms per file here, more than the
             // whole run of a short command.
             rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name)
-                .map_err(|e| output_err(&path, &format!("rename {tmp} to"), e))
+                .map_err(|e| output_err(&self.path, &format!("rename {tmp} to {name}"), e))
         })();
         if let Err(e) = written {
             let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());

@@ -189,9 +189,8 @@ pub(crate) fn fork_held(spec: &CommandSpec) -> Result<HeldChild> {
         .map(|(_, v)| v.as_os_str());
     let program = resolve_program(&spec.program, path_var).ok_or_else(|| {
         if spec.program.as_bytes().contains(&b'/') && Path::new(&spec.program).exists() {
-            Error::Spawn {
+            Error::NotExecutable {
                 command: command.clone(),
-                reason: "permission denied (not an executable file)".into(),
             }
         } else {
             Error::CommandNotFound {

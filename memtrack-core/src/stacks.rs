@@ -439,10 +439,12 @@ impl ProcessStacks {
                 if let Some(object) = frame.object
                     && object as usize >= self.objects.len()
                 {
+                    let there = match self.objects.len() {
+                        0 => "there are none".to_string(),
+                        n => format!("objects are numbered from 0 to {}", n - 1),
+                    };
                     return Err(InvalidStacks(format!(
-                        "stack {id}, frame {depth}: object {object} does not exist \
-                         ({} objects)",
-                        self.objects.len()
+                        "stack {id}, frame {depth}: object {object} does not exist ({there})"
                     )));
                 }
             }
@@ -688,7 +690,7 @@ mod tests {
         bad.stacks[1].frames[0].object = Some(3);
         assert_eq!(
             bad.validate().unwrap_err().0,
-            "stack 1, frame 0: object 3 does not exist (1 objects)"
+            "stack 1, frame 0: object 3 does not exist (objects are numbered from 0 to 0)"
         );
         let mut bad = sample();
         bad.stacks[1] = bad.stacks[0].clone();

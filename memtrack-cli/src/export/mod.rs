@@ -17,10 +17,119 @@ use std::path::Path;
 
 use crate::{Error, Result};
 
-/// Writes `bytes` to `path`, naming the file in the error.
+/// Writes `bytes` to `path`, naming the file in the error. The file is made with mode
+/// 0600 (its stacks name the command's files and functions, as result files do, which
+/// are 0600 too) and opened without following a symbolic link, nor blocking on a FIFO:
+/// `memtrack report` may run as root, and a link planted at the path must not steer
+/// the write. An existing regular file is replaced.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::Write {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let failed = |e: std::io::Error| Error::Write {
         path: path.to_path_buf(),
         source: Box::new(e),
-    })
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => not_written(path, "is a symbolic link"),
+            _ => failed(e),
+        })?;
+    if !file.metadata().map_err(failed)?.is_file() {
+        return Err(not_written(path, "is not a regular file"));
+    }
+    file.set_len(0).map_err(failed)?;
+    file.write_all(bytes).map_err(failed)
+}
+
+fn not_written(path: &Path, why: &str) -> Error {
+    Error::Write {
+        path: path.to_path_buf(),
+        source: format!("{why}: not written").into(),
+    }
+}
+
+/// Checks, before anything is shown, that an export can be written to `path`: a
+/// regular file or nothing there (not a directory, not a symbolic link), in a directory
+/// that exists.
+pub fn check_file_target(path: &Path) -> Result<()> {
+    match path.symlink_metadata() {
+        Ok(m) if m.file_type().is_symlink() => Err(not_written(path, "is a symbolic link")),
+        Ok(m) if m.is_dir() => Err(not_written(path, "is a directory (give a file name)")),
+        Ok(m) if !m.is_file() => Err(not_written(path, "is not a regular file")),
+        Ok(_) => Ok(()),
+        Err(_) => {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            if parent.is_dir() {
+                Ok(())
+            } else {
+                Err(not_written(
+                    path,
+                    &format!("its directory {} does not exist", parent.display()),
+                ))
+            }
+        }
+    }
+}
+
+/// Checks, before anything is shown, that `dir` is a directory or can be made one: not
+/// a file, not a symbolic link.
+pub fn check_dir_target(dir: &Path) -> Result<()> {
+    match dir.symlink_metadata() {
+        Ok(m) if m.file_type().is_symlink() => Err(not_written(dir, "is a symbolic link")),
+        Ok(m) if !m.is_dir() => Err(not_written(dir, "exists and is not a directory")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_are_private_and_never_written_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.json");
+        write_file(&path, b"first, longer").unwrap();
+        write_file(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = write_file(&link, b"x").unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link: not written"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        let e = check_file_target(&link).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn targets_are_checked_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        check_file_target(&file).unwrap();
+        check_file_target(&dir.path().join("new.json")).unwrap();
+        let e = check_file_target(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = check_file_target(&dir.path().join("missing/x.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing does not exist"), "{e}");
+        check_dir_target(dir.path()).unwrap();
+        check_dir_target(&dir.path().join("new")).unwrap();
+        let e = check_dir_target(&file).unwrap_err().to_string();
+        assert!(e.contains("exists and is not a directory"), "{e}");
+    }
 }
