@@ -13,8 +13,8 @@
 //! - [`diff`]: `memtrack diff`, two runs compared;
 //! - [`exit_code`]: every exit code of the binary.
 //! - [`stack_profile`], [`symbolize`], [`stacks_report`], [`export`]: the allocation
-//!   call stacks after the run (`memtrack report --stacks`): symbolization, the terminal
-//!   view, and the DHAT, pprof and flamegraph exports.
+//!   call stacks after the run (`memtrack report --stacks`, [`stacks_command`]):
+//!   symbolization, the terminal view, and the DHAT, pprof and flamegraph exports.
 //!
 //! Benchmark harnesses embed the `memtrack` library (crate `memtrack-core`), not this
 //! crate: it pulls in clap, serde_json and the FIFO server, and installs signal handlers.
@@ -31,6 +31,7 @@ pub mod output;
 pub mod report;
 pub mod runner;
 pub mod stack_profile;
+pub mod stacks_command;
 pub mod stacks_report;
 pub mod symbolize;
 pub mod units;

@@ -1,0 +1,161 @@
+//! `memtrack report --stacks DIR`: reads one results directory's result and stacks
+//! files ([`stack_profile::load_dir`]), prints the top stacks ([`stacks_report`]) and
+//! writes the exports asked for ([`export`]), saying on stderr what it skipped.
+
+use std::path::{Path, PathBuf};
+
+use memtrack::MemtrackResult;
+
+use crate::{
+    exit_code, export,
+    stack_profile::{self, ScopeChoice},
+    stacks_report::{self, StacksOptions},
+    units,
+};
+
+/// What `memtrack report --stacks` shows and writes.
+#[derive(Clone, Debug, Default)]
+pub struct StacksRequest {
+    /// How many stacks each ranking lists (at least 1).
+    pub top: usize,
+    /// One benchmark region's stacks (by its exact uri) instead of whole processes.
+    pub benchmark: Option<String>,
+    /// Where to write the DHAT JSON export.
+    pub dhat: Option<PathBuf>,
+    /// Where to write the gzipped pprof export.
+    pub pprof: Option<PathBuf>,
+    /// The directory for the flamegraph SVGs.
+    pub flamegraph_dir: Option<PathBuf>,
+}
+
+/// `memtrack report --stacks DIR`: the top stacks, and the exports asked for. Like
+/// `memtrack report`, it reports what it can read and then fails (201) if any file was
+/// skipped; it fails too when no process there has the stacks asked for.
+pub fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, String> {
+    // Every export's target first: a bad one fails before anything is shown.
+    let checked = [
+        request.dhat.as_deref().map(export::check_file_target),
+        request.pprof.as_deref().map(export::check_file_target),
+        request
+            .flamegraph_dir
+            .as_deref()
+            .map(export::check_dir_target),
+    ];
+    for check in checked.into_iter().flatten() {
+        check.map_err(|e| e.to_string())?;
+    }
+    let loaded = stack_profile::load_dir(dir).map_err(|e| e.to_string())?;
+    for refused in &loaded.refused {
+        eprintln!("memtrack: skipped {refused}");
+    }
+    if loaded.processes.is_empty() {
+        return Err(no_results_for_stacks(dir, loaded.refused.len()));
+    }
+    let choice = match &request.benchmark {
+        None => ScopeChoice::Process,
+        Some(uri) => ScopeChoice::Benchmark(uri.clone()),
+    };
+    let (profiles, skipped) = stack_profile::resolve(&loaded.processes, &choice);
+    let options = StacksOptions { top: request.top };
+    print!("{}", stacks_report::render(&profiles, &skipped, options));
+    if profiles.is_empty() {
+        return Err(match &request.benchmark {
+            None => format!(
+                "no process in {} has stacks (they are recorded by memtrack run --stacks, \
+                 or MEMTRACK_STACKS for the benchmark integrations)",
+                dir.display()
+            ),
+            Some(uri) => {
+                let mut regions: Vec<&str> = loaded
+                    .processes
+                    .iter()
+                    .filter_map(|p| p.stacks.as_ref())
+                    .flat_map(|s| s.regions.iter().map(|r| r.uri.as_str()))
+                    .collect();
+                regions.sort_unstable();
+                regions.dedup();
+                let there = if regions.is_empty() {
+                    "none has stacks of any benchmark".to_string()
+                } else {
+                    format!("benchmarks with stacks there: {}", regions.join(", "))
+                };
+                format!(
+                    "no process in {} has stacks of benchmark {uri} (the exact uri; {there})",
+                    dir.display()
+                )
+            }
+        });
+    }
+    let mut written = Vec::new();
+    let mut export = || -> crate::Result<()> {
+        if let Some(path) = &request.dhat {
+            written.extend(export::dhat::write_all(&profiles, path)?);
+        }
+        if let Some(path) = &request.pprof {
+            export::pprof::write(&profiles, path)?;
+            written.push(path.clone());
+        }
+        if let Some(dir) = &request.flamegraph_dir {
+            written.extend(export::flamegraph::write_all(&profiles, dir)?);
+        }
+        Ok(())
+    };
+    let exported = export();
+    for path in &written {
+        eprintln!("memtrack: wrote {}", path.display());
+    }
+    exported.map_err(|e| e.to_string())?;
+    if !loaded.refused.is_empty() {
+        let reported = loaded.processes.len();
+        return Err(format!(
+            "reported {reported} process(es) of {} in {}; {} skipped (above)",
+            reported + loaded.refused.len(),
+            dir.display(),
+            loaded.refused.len()
+        ));
+    }
+    Ok(exit_code::SUCCESS)
+}
+
+/// Why `memtrack report --stacks DIR` has nothing to report when DIR holds no readable
+/// result file: `refused` files could not be read, or there are none; it reads one
+/// results directory (not the tree below, as `memtrack report` does), so the result
+/// directories below DIR are named.
+fn no_results_for_stacks(dir: &Path, refused: usize) -> String {
+    if refused != 0 {
+        return format!(
+            "nothing in {} could be read ({} skipped, above): nothing to report",
+            dir.display(),
+            units::count(refused as u64, "file")
+        );
+    }
+    let below: Vec<String> = MemtrackResult::scan_tree(dir)
+        .map(|tree| {
+            tree.dirs
+                .iter()
+                .map(|d| dir.join(&d.relative).display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    const NAMED: usize = 5;
+    let hint = match below.len() {
+        0 => String::new(),
+        n => {
+            let more = if n > NAMED {
+                format!(" and {} more", n - NAMED)
+            } else {
+                String::new()
+            };
+            format!(
+                "; --stacks reads one results directory, and these below it hold results: \
+                 {}{more}",
+                below[..n.min(NAMED)].join(", ")
+            )
+        }
+    };
+    format!(
+        "{} holds no result files (*{}): nothing to report{hint}",
+        dir.display(),
+        memtrack::RESULT_FILE_SUFFIX
+    )
+}
