@@ -290,14 +290,33 @@ pub mod ld_hook {
 /// Value of the `TRACKED` map (key: tgid, i.e. the process id).
 ///
 /// A process is probed only while it has an entry; its calls are counted only while
-/// `enabled != 0`, and, when `tid != 0`, only on that one thread.
+/// `enabled != 0`, and, when `tid != 0`, only on that one thread (or, with
+/// [`TrackState::ALL_BUT`] set in it, on every thread but that one).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrackState {
     /// Non-zero: count this process's calls.
     pub enabled: u32,
-    /// Zero: all threads. Otherwise the only thread id whose calls are counted.
+    /// Zero: all threads. Otherwise the only thread id whose calls are counted, or,
+    /// with [`TrackState::ALL_BUT`] set, the one thread id whose calls are not (the
+    /// thread doing a tracker's own work while the others are counted).
     pub tid: u32,
+}
+
+impl TrackState {
+    /// The bit of `tid` that turns "only this thread" into "every thread but this one".
+    /// Thread ids stay below 2^22 (the kernel's `PID_MAX_LIMIT`), so it is never part of
+    /// one.
+    pub const ALL_BUT: u32 = 1 << 31;
+
+    /// Whether the calls of thread `tid` are counted.
+    #[inline(always)]
+    pub fn counts(&self, tid: u32) -> bool {
+        self.enabled != 0
+            && (self.tid == 0
+                || self.tid == tid
+                || (self.tid & Self::ALL_BUT != 0 && self.tid != tid | Self::ALL_BUT))
+    }
 }
 
 /// Value of the `TRACKED` array (index: the slot user space gives each tracked process;
@@ -792,6 +811,25 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which threads a state counts: off, all, one, all but one (the tracker's own
+    /// work on its thread while the others are counted).
+    #[test]
+    fn track_states_count_the_threads_they_name() {
+        let state = |enabled, tid| TrackState { enabled, tid };
+        let all_but_7 = 7 | TrackState::ALL_BUT;
+        for (s, counted) in [
+            (state(0, 0), [false, false]),
+            (state(0, all_but_7), [false, false]),
+            (state(1, 0), [true, true]),
+            (state(1, 7), [true, false]),
+            (state(1, 8), [false, true]),
+            (state(1, all_but_7), [false, true]),
+            (state(1, 8 | TrackState::ALL_BUT), [true, false]),
+        ] {
+            assert_eq!([s.counts(7), s.counts(8)], counted, "{s:?}");
+        }
+    }
 
     #[test]
     fn kind_ids_round_trip_and_unknown_ids_are_refused() {

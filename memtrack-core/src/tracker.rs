@@ -4,7 +4,10 @@
 //! kernel side: map size, probe placement, link kind, syscall counting), which builds a
 //! [`Tracker`] or, for other processes, a [`ProcessTracker`].
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, TrackState};
 
@@ -266,11 +269,23 @@ impl TrackerBuilder {
 /// # Ok::<(), memtrack::Error>(())
 /// ```
 ///
+/// The tracker's own work is not counted: [`start`](Self::start),
+/// [`stop`](Self::stop) and [`collect`](Self::collect) allocate nothing, and the
+/// methods that do ([`reset`](Self::reset), [`probes`](Self::probes),
+/// [`process`](Self::process), [`stacks`](Self::stacks),
+/// [`write_stacks`](Self::write_stacks)), called while counting, stop counting the
+/// calling thread for their duration (the other threads of a [`Scope::Process`]
+/// tracker are counted meanwhile). What they return is the caller's: dropped while
+/// counting, its frees count (as unmatched frees, their allocations having not).
+///
 /// Dropping the tracker detaches every probe.
 pub struct Tracker {
     shared: Arc<Shared>,
     pid: u32,
     scope: Scope,
+    /// The state `start`/`stop` last set: `TrackState::enabled` in the high 32 bits,
+    /// `TrackState::tid` in the low ones (0: never started).
+    state: AtomicU64,
 }
 
 impl Tracker {
@@ -301,7 +316,12 @@ impl Tracker {
             record.process.allocator = AllocatorStatus::Probed;
             shared.registry.lock().insert(pid, record);
         }
-        Ok(Tracker { shared, pid, scope })
+        Ok(Tracker {
+            shared,
+            pid,
+            scope,
+            state: AtomicU64::new(0),
+        })
     }
 
     /// Turns counting on: for every thread, or with [`Scope::Thread`] for the calling
@@ -321,10 +341,44 @@ impl Tracker {
             Scope::Process => 0,
             Scope::Thread => nix::unistd::gettid().as_raw() as u32,
         };
-        self.shared.set_all_states(TrackState {
+        let state = TrackState {
             enabled: enabled as u32,
             tid,
-        })
+        };
+        self.shared.set_all_states(state)?;
+        let packed = (u64::from(state.enabled) << 32) | u64::from(state.tid);
+        self.state.store(packed, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Runs `work`, the tracker's own, without counting the calling thread: if it is
+    /// counted now, it is left out for the duration (with [`Scope::Process`], the other
+    /// threads are still counted meanwhile). Switching allocates nothing, as
+    /// [`start`](Self::start) and [`stop`](Self::stop) do not.
+    fn uncounted<T>(&self, work: impl FnOnce() -> T) -> Result<T> {
+        let packed = self.state.load(Ordering::SeqCst);
+        let state = TrackState {
+            enabled: (packed >> 32) as u32,
+            tid: packed as u32,
+        };
+        let me = nix::unistd::gettid().as_raw() as u32;
+        let paused = match state {
+            TrackState { enabled: 0, .. } => None,
+            TrackState { tid: 0, .. } => Some(TrackState {
+                enabled: 1,
+                tid: me | TrackState::ALL_BUT,
+            }),
+            TrackState { tid, .. } if tid == me => Some(TrackState { enabled: 0, tid }),
+            // Only another thread is counted: this one is not.
+            _ => None,
+        };
+        let Some(paused) = paused else {
+            return Ok(work());
+        };
+        self.shared.set_all_states(paused)?;
+        let out = work();
+        self.shared.set_all_states(state)?;
+        Ok(out)
     }
 
     /// The counters since the tracker was made or last [`reset`](Self::reset).
@@ -335,21 +389,26 @@ impl Tracker {
     /// This process as a tracked process: pid, command line, probes and the counters
     /// of [`collect`](Self::collect) (what a result file holds).
     pub fn process(&self) -> Result<TrackedProcess> {
-        let record = self.shared.registry.lock().get(&self.pid).cloned();
-        let record = record.expect("the calling process is registered when the tracker is made");
-        Ok(record.report(self.collect()?))
+        self.uncounted(|| {
+            let record = self.shared.registry.lock().get(&self.pid).cloned();
+            let record =
+                record.expect("the calling process is registered when the tracker is made");
+            Ok(record.report(self.collect()?))
+        })?
     }
 
     /// Zeroes the counters. Blocks allocated before the reset are forgotten: their
-    /// frees count as `unmatched_frees`.
+    /// frees count as `unmatched_frees`. The reset's own allocations are not counted,
+    /// even while counting is on.
     pub fn reset(&mut self) -> Result<()> {
-        self.shared.reset_live()
+        self.uncounted(|| self.shared.reset_live())?
     }
 
     /// The per-stack counters of this process so far; `None` unless built with
-    /// [`TrackerBuilder::stacks`].
+    /// [`TrackerBuilder::stacks`]. Not counted, as [`probes`](Self::probes).
     pub fn stacks(&self) -> Option<crate::stacks::ProcessStacks> {
-        self.shared.engine.lock().stacks(self.pid)
+        let read = || self.shared.engine.lock().stacks(self.pid);
+        self.uncounted(read).unwrap_or_else(|_| read())
     }
 
     /// Writes this process's stacks file into `out` (`{pid}.MemtrackStacks.msgpack`,
@@ -359,16 +418,24 @@ impl Tracker {
     /// nothing, unless built with [`TrackerBuilder::stacks`]. The stacks' scope spans
     /// from the tracker's start to now (`CLOCK_MONOTONIC` ns).
     pub fn write_stacks(&self, out: &OutputDir) -> Result<Option<std::path::PathBuf>> {
-        let Some(mut stacks) = self.stacks() else {
-            return Ok(None);
-        };
-        stacks.process.start_ns = self.process()?.started_ns;
-        stacks.process.set_end(crate::monotonic_ns());
-        out.write_file(
-            &crate::stacks::stacks_file_name(self.pid),
-            &stacks.to_bytes(),
-        )
-        .map(Some)
+        self.uncounted(|| {
+            let Some(mut stacks) = self.shared.engine.lock().stacks(self.pid) else {
+                return Ok(None);
+            };
+            let started_ns = self
+                .shared
+                .registry
+                .lock()
+                .get(&self.pid)
+                .map(|r| r.process.started_ns);
+            stacks.process.start_ns = started_ns.unwrap_or_default();
+            stacks.process.set_end(crate::monotonic_ns());
+            out.write_file(
+                &crate::stacks::stacks_file_name(self.pid),
+                &stacks.to_bytes(),
+            )
+            .map(Some)
+        })?
     }
 
     /// How the stacks so far were found, across every process of the tracker: walked,
@@ -379,9 +446,12 @@ impl Tracker {
         self.shared.stack_walks()
     }
 
-    /// The probes attached to this process (what was measured).
+    /// The probes attached to this process (what was measured). Not counted, even
+    /// while counting is on (unless counting could not be switched off for the call,
+    /// which fails only as `start` would).
     pub fn probes(&self) -> Vec<ProbeInfo> {
-        self.shared.probes(self.pid)
+        let read = || self.shared.probes(self.pid);
+        self.uncounted(read).unwrap_or_else(|_| read())
     }
 
     /// Events that could not be attributed to any process (see

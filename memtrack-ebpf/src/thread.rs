@@ -51,7 +51,7 @@ fn find_slot(tgid: u32) -> Option<(u32, ProcessSlot)> {
 /// Whether a thread's calls are counted under `state`.
 #[inline(always)]
 fn counts(state: &TrackState, pid_tgid: u64) -> bool {
-    state.enabled != 0 && (state.tid == 0 || state.tid == pid_tgid as u32)
+    state.counts(pid_tgid as u32)
 }
 
 /// One program run's view of the calling thread of a tracked process.
