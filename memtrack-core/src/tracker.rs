@@ -4,10 +4,7 @@
 //! kernel side: map size, probe placement, link kind, syscall counting), which builds a
 //! [`Tracker`] or, for other processes, a [`ProcessTracker`].
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering},
-};
+use std::sync::Arc;
 
 use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, TrackState};
 
@@ -283,9 +280,8 @@ pub struct Tracker {
     shared: Arc<Shared>,
     pid: u32,
     scope: Scope,
-    /// The state `start`/`stop` last set: `TrackState::enabled` in the high 32 bits,
-    /// `TrackState::tid` in the low ones (0: never started).
-    state: AtomicU64,
+    /// The state `start`/`stop` last set (counting off until the first `start`).
+    state: TrackState,
 }
 
 impl Tracker {
@@ -320,7 +316,7 @@ impl Tracker {
             shared,
             pid,
             scope,
-            state: AtomicU64::new(0),
+            state: TrackState::default(),
         })
     }
 
@@ -346,21 +342,17 @@ impl Tracker {
             tid,
         };
         self.shared.set_all_states(state)?;
-        let packed = (u64::from(state.enabled) << 32) | u64::from(state.tid);
-        self.state.store(packed, Ordering::SeqCst);
+        self.state = state;
         Ok(())
     }
 
     /// Runs `work`, the tracker's own, without counting the calling thread: if it is
     /// counted now, it is left out for the duration (with [`Scope::Process`], the other
     /// threads are still counted meanwhile). Switching allocates nothing, as
-    /// [`start`](Self::start) and [`stop`](Self::stop) do not.
+    /// [`start`](Self::start) and [`stop`](Self::stop) do not. Not to be nested: the
+    /// inner call would restore counting before the outer work ends.
     fn uncounted<T>(&self, work: impl FnOnce() -> T) -> Result<T> {
-        let packed = self.state.load(Ordering::SeqCst);
-        let state = TrackState {
-            enabled: (packed >> 32) as u32,
-            tid: packed as u32,
-        };
+        let state = self.state;
         let me = nix::unistd::gettid().as_raw() as u32;
         let paused = match state {
             TrackState { enabled: 0, .. } => None,
@@ -389,12 +381,13 @@ impl Tracker {
     /// This process as a tracked process: pid, command line, probes and the counters
     /// of [`collect`](Self::collect) (what a result file holds).
     pub fn process(&self) -> Result<TrackedProcess> {
-        self.uncounted(|| {
-            let record = self.shared.registry.lock().get(&self.pid).cloned();
-            let record =
-                record.expect("the calling process is registered when the tracker is made");
-            Ok(record.report(self.collect()?))
-        })?
+        self.uncounted(|| Ok(self.record().report(self.collect()?)))?
+    }
+
+    /// This process's record (registered when the tracker was made).
+    fn record(&self) -> ProcessRecord {
+        let record = self.shared.registry.lock().get(&self.pid).cloned();
+        record.expect("the calling process is registered when the tracker is made")
     }
 
     /// Zeroes the counters. Blocks allocated before the reset are forgotten: their
@@ -422,13 +415,7 @@ impl Tracker {
             let Some(mut stacks) = self.shared.engine.lock().stacks(self.pid) else {
                 return Ok(None);
             };
-            let started_ns = self
-                .shared
-                .registry
-                .lock()
-                .get(&self.pid)
-                .map(|r| r.process.started_ns);
-            stacks.process.start_ns = started_ns.unwrap_or_default();
+            stacks.process.start_ns = self.record().process.started_ns;
             stacks.process.set_end(crate::monotonic_ns());
             out.write_file(
                 &crate::stacks::stacks_file_name(self.pid),
