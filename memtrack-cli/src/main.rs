@@ -376,10 +376,7 @@ impl JsonOut {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| format!("--json {}: not a file name", path.display()))?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
+        let parent = memtrack_cli::export::directory_of(path);
         if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
             return Err(format!(
                 "--json {}: is a directory (give a file name)",

@@ -473,11 +473,7 @@ fn shown_frame(object: &StackObject, frame: &Frame, symbols: &Symbols) -> ShownF
     let address = frame.lookup_address();
     let logical = symbols.frames(object, address);
     if logical.is_empty() {
-        let name = object.path.file_name().map_or_else(
-            || object.path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        made_up(place, format!("{name}+{address:#x}"))
+        made_up(place, format!("{}+{address:#x}", object_name(object)))
     } else {
         ShownFrame {
             place,
@@ -485,6 +481,15 @@ fn shown_frame(object: &StackObject, frame: &Frame, symbols: &Symbols) -> ShownF
             symbolized: true,
         }
     }
+}
+
+/// How frames name `object`: its file name (its whole path if it has none), as in
+/// `libc.so.6+0x98ef0`.
+pub fn object_name(object: &StackObject) -> String {
+    object.path.file_name().map_or_else(
+        || object.path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn made_up(place: Place, name: String) -> ShownFrame {

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use memtrack::stacks::StackCounts;
 
 use crate::{
-    stack_profile::{ShownStack, StackProfile},
+    stack_profile::{ShownStack, StackProfile, object_name},
     symbolize::LogicalFrame,
     units::{bytes, count},
 };
@@ -253,12 +253,7 @@ pub fn frame_texts(stacks: &[ShownStack]) -> Vec<Vec<String>> {
                 .map(
                     |((frame, l), text)| match (frame.shown_address(), l.inlined) {
                         (Some(address), false) if frame.symbolized => {
-                            let name = frame.object().map_or_else(String::new, |o| {
-                                o.path.file_name().map_or_else(
-                                    || o.path.display().to_string(),
-                                    |n| n.to_string_lossy().into_owned(),
-                                )
-                            });
+                            let name = frame.object().map_or_else(String::new, object_name);
                             format!("{text} at {name}+{address:#x}")
                         }
                         _ => text.clone(),

@@ -62,10 +62,7 @@ pub fn check_file_target(path: &Path) -> Result<()> {
         Ok(m) if !m.is_file() => Err(not_written(path, "is not a regular file")),
         Ok(_) => Ok(()),
         Err(_) => {
-            let parent = match path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
+            let parent = directory_of(path);
             if parent.is_dir() {
                 Ok(())
             } else {
@@ -75,6 +72,14 @@ pub fn check_file_target(path: &Path) -> Result<()> {
                 ))
             }
         }
+    }
+}
+
+/// The directory a file `path` names goes in: its parent, or `.` for a bare name.
+pub fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     }
 }
 
