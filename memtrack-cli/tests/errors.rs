@@ -1,7 +1,7 @@
 //! Bad input gets a clear error and leaves everything else working: a missing command,
 //! a vanished pid, a static binary with no allocator symbols, no privileges.
 
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use memtrack::{AllocatorStatus, CommandSpec, Error, Tracker};
 use memtrack_test_support::require_privileges;
@@ -10,21 +10,29 @@ fn memtrack_bin() -> &'static str {
     env!("CARGO_BIN_EXE_memtrack")
 }
 
+/// `memtrack run -- program` for a program that cannot be run: exit `code`, and one line
+/// on stderr saying `says`.
+fn refused_in_one_line(program: &Path, code: i32, says: &str) {
+    let out = Command::new(memtrack_bin())
+        .args(["run", "--"])
+        .arg(program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "{program:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
+}
+
 #[test]
 fn missing_command_exits_127_with_one_line() {
     if !require_privileges("missing_command") {
         return;
     }
-    let out = Command::new(memtrack_bin())
-        .args(["run", "--", "/nonexistent/command"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(127));
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("/nonexistent/command: command not found"),
-        "{stderr}"
+    refused_in_one_line(
+        Path::new("/nonexistent/command"),
+        127,
+        "/nonexistent/command: command not found",
     );
 }
 
@@ -39,19 +47,7 @@ fn non_executable_command_exits_126_with_one_line() {
     let file = dir.path().join("data.txt");
     std::fs::write(&file, "not a program\n").unwrap();
     for target in [file.as_path(), dir.path()] {
-        let out = Command::new(memtrack_bin())
-            .arg("run")
-            .arg("--")
-            .arg(target)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(126), "{target:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(
-            stderr.contains("permission denied (not an executable file)"),
-            "{stderr}"
-        );
+        refused_in_one_line(target, 126, "permission denied (not an executable file)");
     }
 }
 

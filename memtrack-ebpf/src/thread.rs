@@ -3,7 +3,7 @@
 //! storage), and whether its calls are counted now.
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
-use memtrack_common::{PidStats, ProcessSlot, ThreadState, TrackState, global};
+use memtrack_common::{PidStats, ProcessSlot, ThreadState, global};
 
 use crate::{
     global_count::global_bump,
@@ -46,12 +46,6 @@ fn find_slot(tgid: u32) -> Option<(u32, ProcessSlot)> {
     } else {
         None
     }
-}
-
-/// Whether a thread's calls are counted under `state`.
-#[inline(always)]
-fn counts(state: &TrackState, pid_tgid: u64) -> bool {
-    state.counts(pid_tgid as u32)
 }
 
 /// One program run's view of the calling thread of a tracked process.
@@ -98,7 +92,7 @@ impl Thread {
                 pid_tgid,
                 state,
                 slot,
-                counted: counts(&owner.state, pid_tgid),
+                counted: owner.state.counts(pid_tgid as u32),
             })
         }
     }
@@ -133,7 +127,7 @@ impl Thread {
 #[inline(always)]
 pub fn counted_process_stats(pid_tgid: u64) -> Option<*mut PidStats> {
     let (slot, owner) = find_slot(tgid_of(pid_tgid))?;
-    if !counts(&owner.state, pid_tgid) {
+    if !owner.state.counts(pid_tgid as u32) {
         return None;
     }
     STATS.get_ptr_mut(slot)
