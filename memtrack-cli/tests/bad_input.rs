@@ -334,6 +334,44 @@ fn a_preallocated_live_block_count_out_of_range_is_refused_with_the_range() {
     );
 }
 
+/// A call-stack depth the unwinder cannot record (0, or beyond 64 frames) used to be
+/// clamped into range silently; the library refuses it, before loading anything, and
+/// the runner's `--stacks` does too.
+#[test]
+fn a_stack_depth_out_of_range_is_refused_with_the_range() {
+    let max = memtrack::stacks::MAX_DEPTH;
+    for depth in [0, max + 1, u32::MAX] {
+        let err = memtrack::Tracker::builder()
+            .stacks(depth)
+            .build(memtrack::Scope::Process)
+            .err()
+            .expect("the depth must be refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "a call-stack depth of {depth} frames is impossible: the depth must be 1 to \
+                 {max} frames"
+            )
+        );
+    }
+    for depth in ["0", "65"] {
+        let out = memtrack()
+            .args(["run", &format!("--stacks={depth}"), "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(MEMTRACK_FAILED)),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{depth} is not in 1..={max}")),
+            "{stderr}"
+        );
+    }
+}
+
 /// A 32-bit program (here a static i386 one that only exits) is said to be unsupported,
 /// not "allocator not recognised ... in: " with an empty list.
 #[test]

@@ -179,3 +179,49 @@ fn unprivileged_user_gets_the_capability_message() {
     assert!(stderr.contains("sudo"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// What the capability message and the README's "Privileges" promise: `memtrack run`
+/// needs CAP_BPF and CAP_PERFMON and nothing more (no CAP_SYS_PTRACE: it traces only the
+/// processes it starts). User nobody runs a copy with just those two and gets its
+/// command's exact result.
+#[test]
+fn two_capabilities_on_the_binary_are_enough_for_memtrack_run() {
+    if !memtrack_test_support::is_root()
+        || !require_privileges("two_capabilities_on_the_binary_are_enough_for_memtrack_run")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = memtrack_test_support::copy_for_nobody(memtrack_bin().as_ref(), dir.path());
+    let status = Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon+ep")
+        .arg(&bin)
+        .status()
+        .expect("setcap runs (package libcap2-bin)");
+    assert!(status.success(), "setcap on {}", bin.display());
+    let results = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        results.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out_dir = results.path().join("out");
+    let out = memtrack_test_support::as_nobody(&bin)
+        .args(["run", "-o"])
+        .arg(&out_dir)
+        .args(["--", "/bin/echo", "hi"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "{stderr}");
+    let results = memtrack::MemtrackResult::read_dir(&out_dir).unwrap();
+    assert_eq!(results.len(), 1, "{stderr}");
+    assert_eq!(results[0].process.exit_code, Some(0));
+    assert_eq!(results[0].process.allocator, AllocatorStatus::Probed);
+    assert!(
+        results[0].process.stats.alloc_calls > 0,
+        "{:?}",
+        results[0].process.stats
+    );
+}

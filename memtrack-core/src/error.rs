@@ -10,9 +10,9 @@ use std::path::PathBuf;
 pub enum Error {
     /// The process lacks the capabilities needed to load eBPF programs and attach uprobes.
     #[error(
-        "memtrack needs {missing} to load eBPF programs and attach uprobes (it has neither \
-         those nor CAP_SYS_ADMIN); run it as root (e.g. with sudo), or grant the \
-         capabilities to the binary: sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep <binary>"
+        "memtrack needs {missing} to load eBPF programs and attach uprobes (or \
+         CAP_SYS_ADMIN, which it lacks too); run it as root (e.g. with sudo), or grant \
+         the binary the capabilities: sudo setcap cap_bpf,cap_perfmon+ep <binary>"
     )]
     MissingCapabilities {
         /// The missing capabilities, e.g. "CAP_BPF and CAP_PERFMON".
@@ -242,6 +242,18 @@ pub enum Error {
         /// The capacity asked for.
         requested: u32,
         /// [`MAX_LIVE_BLOCKS`](crate::MAX_LIVE_BLOCKS).
+        max: u32,
+    },
+
+    /// A call-stack depth outside what the unwinder records.
+    #[error(
+        "a call-stack depth of {requested} frames is impossible: the depth must be 1 to \
+         {max} frames"
+    )]
+    StackDepth {
+        /// The depth asked for, in frames.
+        requested: u32,
+        /// [`stacks::MAX_DEPTH`](crate::stacks::MAX_DEPTH), in frames.
         max: u32,
     },
 

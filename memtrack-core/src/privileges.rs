@@ -106,4 +106,20 @@ mod tests {
         assert_eq!(missing_for_ebpf(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert_eq!(missing_for_ebpf(1 << CAP_PERFMON), vec!["CAP_BPF"]);
     }
+
+    #[test]
+    fn the_message_names_only_what_is_missing() {
+        let one = Error::MissingCapabilities {
+            missing: missing_for_ebpf(1 << CAP_PERFMON).join(" and "),
+        }
+        .to_string();
+        assert!(one.starts_with("memtrack needs CAP_BPF to load"), "{one}");
+        assert!(!one.contains("CAP_PERFMON"), "{one}");
+        // Neither a tracker of this process nor `memtrack run` (which traces only its
+        // own children) needs CAP_SYS_PTRACE: the recipe grants the two.
+        assert!(
+            one.ends_with("setcap cap_bpf,cap_perfmon+ep <binary>"),
+            "{one}"
+        );
+    }
 }

@@ -131,16 +131,16 @@ impl TrackerBuilder {
 
     /// Records the call stack of every counted allocation, unwound in the kernel from
     /// the objects' `.eh_frame`, at most `depth` frames (1 to
-    /// [`stacks::MAX_DEPTH`](crate::stacks::MAX_DEPTH) = 64, clamped; a deeper stack is
-    /// cut there and marked truncated; `memtrack run --stacks` uses
+    /// [`stacks::MAX_DEPTH`](crate::stacks::MAX_DEPTH) = 64: another depth makes
+    /// building the tracker fail with [`Error::StackDepth`]; a deeper stack is cut there
+    /// and marked truncated; `memtrack run --stacks` uses
     /// [`stacks::DEFAULT_DEPTH`](crate::stacks::DEFAULT_DEPTH) = 64), with per-stack
     /// counters read by
     /// [`Tracker::stacks`] and [`ProcessTracker::stacks`]. Off by default. With stacks
     /// on the tracker reserves about 16 MiB for unwind rows and 8.5 MiB for distinct
     /// stacks (each live block's stack id is kept in its live-block entry).
     pub fn stacks(mut self, depth: u32) -> Self {
-        let max = crate::stacks::MAX_DEPTH;
-        self.stacks = Some(depth.clamp(1, max));
+        self.stacks = Some(depth);
         self
     }
 
@@ -166,6 +166,14 @@ impl TrackerBuilder {
         if self.preallocated_live_blocks == 0 {
             return Err(Error::PreallocatedLiveBlocks {
                 max: MAX_LIVE_BLOCKS,
+            });
+        }
+        if let Some(depth) = self.stacks
+            && !(1..=crate::stacks::MAX_DEPTH).contains(&depth)
+        {
+            return Err(Error::StackDepth {
+                requested: depth,
+                max: crate::stacks::MAX_DEPTH,
             });
         }
         crate::privileges::check()?;

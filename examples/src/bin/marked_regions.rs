@@ -6,13 +6,29 @@
 //! sudo target/release/memtrack run -- target/release/marked_regions
 //! ```
 //!
-//! Expected in the runner's report (and nothing of the noise):
+//! Expected in the runner's report, per benchmark (and nothing of the noise, which is
+//! outside every region: the process's own totals are the three regions' sums):
 //!
-//! | benchmark                | blocks allocated | bytes  | freed inside | live at stop | peak   |
-//! |--------------------------|------------------|--------|--------------|--------------|--------|
-//! | `marked_regions::ten`      | 10             | 1,000  | 10           | 0            | 1,000  |
-//! | `marked_regions::hundred`  | 100            | 6,400  | 100          | 0            | 6,400  |
-//! | `marked_regions::thousand` | 1000           | 32,000 | 0            | 1000 (32,000 B) | 32,000 |
+//! ```text
+//! benchmark marked_regions::ten (process PID)
+//!   allocations     10 blocks, 1000 B
+//!   frees           10 blocks, 1000 B
+//!   live at end     0 blocks, 0 B
+//!   peak live       1000 B
+//!   calls           free 10, malloc 10
+//! benchmark marked_regions::hundred (process PID)
+//!   allocations     100 blocks, 6.2 KiB (6,400 B)
+//!   frees           100 blocks, 6.2 KiB (6,400 B)
+//!   live at end     0 blocks, 0 B
+//!   peak live       6.2 KiB (6,400 B)
+//!   calls           free 100, malloc 100
+//! benchmark marked_regions::thousand (process PID)
+//!   allocations     1,000 blocks, 31.2 KiB (32,000 B)
+//!   frees           0 blocks, 0 B
+//!   live at end     1,000 blocks, 31.2 KiB (32,000 B)
+//!   peak live       31.2 KiB (32,000 B)
+//!   calls           malloc 1,000
+//! ```
 //!
 //! Run without the runner it says so and runs unmeasured. With `--garbage` it first
 //! writes malformed frames straight into the runner's control FIFO (a robustness check:
