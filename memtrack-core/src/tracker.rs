@@ -290,6 +290,9 @@ pub struct Tracker {
     scope: Scope,
     /// The state `start`/`stop` last set (counting off until the first `start`).
     state: TrackState,
+    /// Held while [`uncounted`](Self::uncounted) has the calling thread left out: one
+    /// thread at a time (a futex: waiting for it allocates nothing, even counted).
+    pausing: std::sync::Mutex<()>,
 }
 
 impl Tracker {
@@ -325,6 +328,7 @@ impl Tracker {
             pid,
             scope,
             state: TrackState::default(),
+            pausing: std::sync::Mutex::new(()),
         })
     }
 
@@ -357,8 +361,10 @@ impl Tracker {
     /// Runs `work`, the tracker's own, without counting the calling thread: if it is
     /// counted now, it is left out for the duration (with [`Scope::Process`], the other
     /// threads are still counted meanwhile). Switching allocates nothing, as
-    /// [`start`](Self::start) and [`stop`](Self::stop) do not. Not to be nested: the
-    /// inner call would restore counting before the outer work ends.
+    /// [`start`](Self::start) and [`stop`](Self::stop) do not. Threads calling it at
+    /// once take turns: the kernel keeps one state, and a second thread's pause would
+    /// otherwise replace the first's, the first's restore then counting the second's
+    /// work. Not to be nested (the lock is not reentrant).
     fn uncounted<T>(&self, work: impl FnOnce() -> T) -> Result<T> {
         let state = self.state;
         let me = nix::unistd::gettid().as_raw() as u32;
@@ -375,6 +381,10 @@ impl Tracker {
         let Some(paused) = paused else {
             return Ok(work());
         };
+        let _turn = self
+            .pausing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.shared.set_all_states(paused)?;
         let out = work();
         self.shared.set_all_states(state)?;

@@ -139,4 +139,48 @@ fn process_scope() {
         (0, 0, 1),
         "{stats:#?}"
     );
+
+    // Two threads using the tracker at once while counting: neither one's tracker work
+    // is counted. (Before 2026-12-05 the second thread's pause replaced the first's,
+    // and the first restore turned counting back on while the other still worked.)
+    // The threads exist before counting starts; the lock is a futex, and what they get
+    // is kept until counting stops: nothing of theirs allocates while counting.
+    const CALLS: usize = 200;
+    let shared = std::sync::RwLock::new(tracker);
+    let ready = std::sync::Barrier::new(3);
+    let go = std::sync::Barrier::new(3);
+    let done = std::sync::Barrier::new(3);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut kept = Vec::with_capacity(CALLS);
+                    ready.wait();
+                    go.wait();
+                    for _ in 0..CALLS {
+                        kept.push(shared.read().unwrap().probes());
+                    }
+                    done.wait();
+                    done.wait();
+                    kept
+                })
+            })
+            .collect();
+        ready.wait();
+        {
+            let mut tracker = shared.write().unwrap();
+            tracker.reset().unwrap();
+            tracker.start().unwrap();
+        }
+        go.wait();
+        done.wait();
+        shared.write().unwrap().stop().unwrap();
+        done.wait();
+        for worker in workers {
+            let kept = worker.join().unwrap();
+            assert!(kept.iter().all(|probes| probes.len() == kept[0].len()));
+        }
+    });
+    let stats = shared.read().unwrap().collect().unwrap();
+    assert_eq!(stats, zero, "{stats:#?}");
 }
