@@ -336,7 +336,10 @@ fn check(
         .sum::<u64>()
         + unattributed_lost;
     if lost != 0 {
-        eprintln!("memtrack: {lost} event(s) lost: some numbers are not exact");
+        eprintln!(
+            "memtrack: {} lost: some numbers are not exact",
+            units::count(lost, "event")
+        );
     }
     let checked = limits::check(limits, dirs);
     for line in &checked.exceeded {
@@ -347,9 +350,9 @@ fn check(
     }
     if !limits.is_empty() && checked.exceeded.is_empty() {
         eprintln!(
-            "memtrack: {} limit(s) held ({} checks)",
-            limits.len(),
-            checked.checks
+            "memtrack: {} held ({})",
+            units::count(limits.len() as u64, "limit"),
+            units::count(checked.checks as u64, "check")
         );
     }
     Ok(Outcome {
@@ -445,15 +448,15 @@ fn run(
         Err(e) => return Err(e.to_string()),
     };
     eprintln!(
-        "memtrack: {} result file(s) and {} in {}",
-        outcome.results.processes.len(),
+        "memtrack: {} and {} in {}",
+        units::count(outcome.results.processes.len() as u64, "result file"),
         fifo_protocol::MARKER_RESULT_FILE_NAME,
         outcome.dir.display()
     );
     if outcome.unattributed_lost_events != 0 {
         eprintln!(
-            "memtrack: {} event(s) could not be attributed to a process",
-            outcome.unattributed_lost_events
+            "memtrack: {} could not be attributed to a process",
+            units::count(outcome.unattributed_lost_events, "event")
         );
     }
     if let memtrack::LaterLiveBlocks::Failed { blocks, reason } = &outcome.later_live_blocks {
@@ -533,9 +536,17 @@ fn read_tree(dir: &Path) -> Result<(Found, usize), String> {
             )
         } else {
             format!(
-                "none of the {} result file(s) in {} could be read: nothing to report",
-                tree.refused.len(),
-                dir.display()
+                "{} in {} {}: nothing to report",
+                match tree.refused.len() {
+                    1 => "the one result file".to_string(),
+                    n => format!("none of the {} result files", units::exact(n as u64)),
+                },
+                dir.display(),
+                if tree.refused.len() == 1 {
+                    "could not be read"
+                } else {
+                    "could be read"
+                }
             )
         });
     }
@@ -573,8 +584,9 @@ fn report(dir: &Path, json: bool, probes: bool, checks: &Checks) -> Result<u8, S
     if refused != 0 {
         let reported: usize = found.iter().map(|(_, p)| p.len()).sum();
         return Err(format!(
-            "reported {reported} result file(s) of {} in {}; {refused} skipped (above)",
-            reported + refused,
+            "reported {} of {} in {}; {refused} skipped (above)",
+            units::count(reported as u64, "result file"),
+            units::exact((reported + refused) as u64),
             dir.display()
         ));
     }

@@ -108,8 +108,14 @@ pub fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, String> 
     if !loaded.refused.is_empty() {
         let reported = loaded.processes.len();
         return Err(format!(
-            "reported {reported} process(es) of {} in {}; {} skipped (above)",
-            reported + loaded.refused.len(),
+            "reported {} {} of {} in {}; {} skipped (above)",
+            units::exact(reported as u64),
+            if reported == 1 {
+                "process"
+            } else {
+                "processes"
+            },
+            units::exact((reported + loaded.refused.len()) as u64),
             dir.display(),
             loaded.refused.len()
         ));

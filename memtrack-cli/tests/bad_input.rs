@@ -125,7 +125,7 @@ fn report_refuses_what_is_not_a_result_and_reports_the_rest() {
         ),
         skipped("5", "is a directory, not a regular file; not read"),
         format!(
-            "memtrack: reported 1 result file(s) of 7 in {}; 6 skipped (above)",
+            "memtrack: reported 1 result file of 7 in {}; 6 skipped (above)",
             dir.path().display()
         ),
     ];
@@ -169,7 +169,7 @@ fn report_of_a_directory_without_results_is_an_error() {
     assert_eq!(out.status.code(), Some(i32::from(MEMTRACK_FAILED)));
     assert!(
         text(&out.stderr).ends_with(&format!(
-            "memtrack: none of the 1 result file(s) in {} could be read: nothing to report\n",
+            "memtrack: the one result file in {} could not be read: nothing to report\n",
             dir.path().display()
         )),
         "{}",

@@ -814,7 +814,7 @@ fn unreadable_files_are_skipped_and_the_rest_reported() {
     assert_eq!(
         lines[1],
         format!(
-            "memtrack: reported 1 process(es) of 2 in {}; 1 skipped (above)",
+            "memtrack: reported 1 process of 2 in {}; 1 skipped (above)",
             results.path().display()
         )
     );

@@ -255,7 +255,7 @@ fn a_precreated_default_directory_is_not_used() {
     for dir in &planted_dirs {
         assert!(names(dir).is_empty(), "{} was used", dir.display());
     }
-    // "memtrack: 1 result file(s) and MarkerResult.msgpack in DIR"
+    // "memtrack: 1 result file and MarkerResult.msgpack in DIR"
     let dir = stderr
         .lines()
         .find_map(|l| l.split_once(" and MarkerResult.msgpack in "))
