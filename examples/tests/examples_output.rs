@@ -23,10 +23,10 @@ fn tracker_basics_prints_the_exact_counts() {
     assert_eq!(
         stdout,
         "a Box<[u8; 1000]>, dropped:\n\
-         \x20 1 allocs (1000 B), 1 frees (1000 B), peak 1000 B live, 0 blocks (0 B) live at end\n\
+         \x20 allocated: 1 (1000 B), freed: 1 (1000 B), peak: 1000 B live, live at end: 0 (0 B)\n\
          \x20 calls: free 1, malloc 1\n\
          a Vec<u64> grown by 100 pushes, kept:\n\
-         \x20 6 allocs (2016 B), 5 frees (992 B), peak 1024 B live, 1 blocks (1024 B) live at end\n\
+         \x20 allocated: 6 (2016 B), freed: 5 (992 B), peak: 1024 B live, live at end: 1 (1024 B)\n\
          \x20 calls: malloc 1, realloc 5\n"
     );
 }

@@ -1,6 +1,6 @@
 //! In-process `memtrack::Tracker` basics: count a `Box` of 1000 bytes, then a `Vec` that
-//! grows by 100 pushes, and print what was counted. Needs root (or CAP_BPF and
-//! CAP_PERFMON); as root:
+//! grows by 100 pushes, and print what was counted (blocks, their bytes in brackets).
+//! Needs root (or CAP_BPF and CAP_PERFMON); as root:
 //!
 //! ```sh
 //! cargo run -p memtrack-examples --bin tracker_basics
@@ -10,10 +10,10 @@
 //!
 //! ```text
 //! a Box<[u8; 1000]>, dropped:
-//!   1 allocs (1000 B), 1 frees (1000 B), peak 1000 B live, 0 blocks (0 B) live at end
+//!   allocated: 1 (1000 B), freed: 1 (1000 B), peak: 1000 B live, live at end: 0 (0 B)
 //!   calls: free 1, malloc 1
 //! a Vec<u64> grown by 100 pushes, kept:
-//!   6 allocs (2016 B), 5 frees (992 B), peak 1024 B live, 1 blocks (1024 B) live at end
+//!   allocated: 6 (2016 B), freed: 5 (992 B), peak: 1024 B live, live at end: 1 (1024 B)
 //!   calls: malloc 1, realloc 5
 //! ```
 //!
@@ -27,7 +27,7 @@ use memtrack::{Stats, Tracker};
 fn print(title: &str, s: &Stats) {
     println!("{title}:");
     println!(
-        "  {} allocs ({} B), {} frees ({} B), peak {} B live, {} blocks ({} B) live at end",
+        "  allocated: {} ({} B), freed: {} ({} B), peak: {} B live, live at end: {} ({} B)",
         s.alloc_calls,
         s.bytes_allocated,
         s.free_calls,
