@@ -118,16 +118,16 @@ enum Command {
         #[arg(long)]
         no_syscalls: bool,
         /// Record the call stack of every allocation, unwound in the kernel, at most
-        /// DEPTH frames (1 to 64, the default; deeper stacks are cut and marked
-        /// truncated). Each process's stacks go beside its result
+        /// DEPTH frames (1 to 64, or max: 64, the default; deeper stacks are cut and
+        /// marked truncated). Each process's stacks go beside its result
         /// ({pid}.MemtrackStacks.msgpack), for `memtrack report --stacks`.
         #[arg(
             long,
             value_name = "DEPTH",
             num_args = 0..=1,
             require_equals = true,
-            default_missing_value = "64",
-            value_parser = clap::value_parser!(u32).range(1..=i64::from(memtrack::stacks::MAX_DEPTH))
+            default_missing_value = "max",
+            value_parser = stack_depth
         )]
         stacks: Option<u32>,
         /// With --stacks: walk every allocation's stack, even one the kernel walked
@@ -220,6 +220,19 @@ struct Counters(Vec<Counter>);
 
 fn parse_counters(list: &str) -> Result<Counters, String> {
     Counter::parse_list(list).map(Counters)
+}
+
+/// A `--stacks` depth: 1 to [`memtrack::stacks::MAX_DEPTH`] frames, or `max` for that
+/// (as `MEMTRACK_STACKS` takes).
+fn stack_depth(value: &str) -> Result<u32, String> {
+    let max = memtrack::stacks::MAX_DEPTH;
+    if value == "max" {
+        return Ok(max);
+    }
+    match value.parse::<u32>() {
+        Ok(depth) if (1..=max).contains(&depth) => Ok(depth),
+        _ => Err(format!("{value} is not in 1..={max} (or max)")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -507,9 +520,9 @@ fn stacks_line(pid: u32, stacks: &memtrack::stacks::ProcessStacks) -> String {
         units::count(stacks.stacks.len() as u64, "stack"),
         stacks.depth_limit,
         memtrack::stacks::stacks_file_name(pid),
-        incomplete.truncated_blocks,
-        incomplete.unknown_blocks,
-        incomplete.lost_blocks,
+        units::exact(incomplete.truncated_blocks),
+        units::exact(incomplete.unknown_blocks),
+        units::exact(incomplete.lost_blocks),
     )
 }
 

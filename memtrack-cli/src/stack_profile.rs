@@ -291,6 +291,10 @@ pub struct StackProfile {
     pub problems: Vec<String>,
     /// The uris of the process's benchmark regions that have stacks.
     pub regions: Vec<String>,
+    /// The images the process ran before its last exec, with their counters (the whole
+    /// process's scope only): their allocations have no stacks here, as the kernel's
+    /// per-stack counters start again at each exec, with the process's.
+    pub earlier_images: Vec<memtrack::ImageStats>,
 }
 
 /// Why the stacks' bytes at peak can differ from the process's peak (said with the
@@ -461,6 +465,10 @@ fn profile(
         counters,
         problems,
         regions: stacks.regions.iter().map(|r| r.uri.clone()).collect(),
+        earlier_images: match choice {
+            ScopeChoice::Process => process.earlier_images.clone(),
+            ScopeChoice::Benchmark(_) => Vec::new(),
+        },
     }
 }
 

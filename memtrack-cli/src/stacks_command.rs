@@ -44,6 +44,16 @@ pub fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, String> 
     for check in checked.into_iter().flatten() {
         check.map_err(|e| e.to_string())?;
     }
+    let mut targets: Vec<(&str, PathBuf)> = Vec::new();
+    targets.extend(request.dhat.clone().map(|p| ("--dhat", p)));
+    targets.extend(request.pprof.clone().map(|p| ("--pprof", p)));
+    if let Some(dir) = &request.flamegraph_dir {
+        targets.extend(
+            export::flamegraph::FlameMetric::ALL
+                .map(|m| ("--flamegraph-dir", dir.join(m.file_name()))),
+        );
+    }
+    export::check_distinct_targets(&targets).map_err(|e| e.to_string())?;
     let loaded = stack_profile::load_dir(dir).map_err(|e| e.to_string())?;
     for refused in &loaded.refused {
         eprintln!("memtrack: skipped {refused}");

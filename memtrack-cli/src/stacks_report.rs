@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use memtrack::stacks::StackCounts;
 
 use crate::{
-    stack_profile::{ShownStack, StackProfile, object_name},
+    stack_profile::{Place, ShownStack, StackProfile, object_name},
     symbolize::LogicalFrame,
     units::{bytes, count},
 };
@@ -127,6 +127,15 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
     for problem in &p.problems {
         let _ = writeln!(out, "  note: {problem}");
     }
+    for image in p.earlier_images.iter().filter(|i| i.stats.alloc_calls != 0) {
+        let _ = writeln!(
+            out,
+            "  note: before exec, as {}: allocated {}, whose stacks were not kept (the \
+             stacks and the counters above cover the image the process ran last)",
+            image.command.join(" "),
+            counts_text(image.stats.bytes_allocated, image.stats.alloc_calls),
+        );
+    }
     if p.benchmark.is_none() && !p.regions.is_empty() {
         let _ = writeln!(
             out,
@@ -194,7 +203,16 @@ fn render_stack(
         }
         let _ = writeln!(out, "{line}");
     }
-    let rest = &logical[shown.min(logical.len())..];
+    let mut rest = &logical[shown.min(logical.len())..];
+    // The stack's end marker ([truncated], [unknown]) is not a frame: it is always
+    // shown, last, however many frames the line leaves out.
+    let end = match rest.split_last() {
+        Some(((frame, l), before)) if matches!(frame.place, Place::Marker(_)) => {
+            rest = before;
+            Some(l.function.as_str())
+        }
+        _ => None,
+    };
     if !rest.is_empty() {
         let mut names: Vec<&str> = rest
             .iter()
@@ -204,6 +222,7 @@ fn render_stack(
         if rest.len() > OUTER_NAMES {
             names.push("...");
         }
+        names.extend(end);
         let plural = if rest.len() == 1 { "" } else { "s" };
         let _ = writeln!(
             out,
@@ -211,6 +230,8 @@ fn render_stack(
             rest.len(),
             names.join(" < ")
         );
+    } else if let Some(end) = end {
+        let _ = writeln!(out, "         {end}");
     }
 }
 
@@ -294,7 +315,7 @@ pub fn shortest_distinguishing(keys: &[Vec<String>]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack_profile::{Place, ShownFrame};
+    use crate::stack_profile::ShownFrame;
 
     fn stack(functions: &[&str], alloc_bytes: u64) -> ShownStack {
         ShownStack {
@@ -302,7 +323,13 @@ mod tests {
             frames: functions
                 .iter()
                 .map(|f| ShownFrame {
-                    place: Place::Marker("test"),
+                    place: match *f {
+                        "[truncated]" | "[unknown]" => Place::Marker("end"),
+                        _ => Place::Anonymous {
+                            address: 0x1000,
+                            interrupted: false,
+                        },
+                    },
                     logical: vec![LogicalFrame {
                         function: f.to_string(),
                         location: None,
@@ -400,6 +427,39 @@ mod tests {
              \x20        decode\n\
              \x20        load\n\
              \x20        + 5 outer frames: main < a < b < c < ...\n"
+        );
+    }
+    #[test]
+    fn the_end_marker_is_shown_last_and_is_not_counted_as_a_frame() {
+        let render = |functions: &[&str], shown: usize| {
+            let mut out = String::new();
+            let s = stack(functions, 1);
+            render_stack(
+                &mut out,
+                1,
+                100.0,
+                &s,
+                &frame_texts(std::slice::from_ref(&s))[0],
+                shown,
+            );
+            out.lines().skip(1).collect::<Vec<_>>().join("\n")
+        };
+        let deep = ["d", "d", "d", "d", "d", "d", "[truncated]"];
+        assert_eq!(
+            render(&deep, 1),
+            "         d\n         + 5 outer frames: d < d < d < d < ... < [truncated]"
+        );
+        assert_eq!(
+            render(&["a", "b", "[unknown]"], 1),
+            "         a\n         + 1 outer frame: b < [unknown]"
+        );
+        assert_eq!(
+            render(&["a", "[unknown]"], 1),
+            "         a\n         [unknown]"
+        );
+        assert_eq!(
+            render(&["a", "[unknown]"], 2),
+            "         a\n         [unknown]"
         );
     }
 }

@@ -400,10 +400,12 @@ fn a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted() {
     let run = run_deep(dir.path(), "--stacks", 70);
     run.assert_said(64, 3);
     run.assert_one_stack(StackEnd::Truncated, 64);
-    // 64 frames and the truncation marker: the allocating one shown, 63 + 1 outer.
+    // 64 frames and the truncation marker: the allocating one shown, 63 outer, and the
+    // marker always at the end of that line (it is not a frame).
     let line = site_line("deep.c", "descend calls malloc");
     let shown = format!(
-        "         descend (deep.c:{line})\n         + 64 outer frames: descend < descend < "
+        "         descend (deep.c:{line})\n         + 63 outer frames: descend < descend < \
+         descend < descend < ... < [truncated]\n"
     );
     assert!(
         run.report.contains(&shown),
@@ -481,5 +483,42 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
     assert!(
         cached.iter().all(|(_, blocks, _)| *blocks == 200),
         "{cached:?}"
+    );
+}
+
+/// A process that ran `exec` keeps the stacks of its last image only, as its counters
+/// do; the report names the earlier image and what it allocated, so its allocations
+/// are not silently missing from the stacks (bash allocates before it execs).
+#[test]
+fn allocations_before_an_exec_are_named_in_the_stacks_report() {
+    if !require_privileges("allocations_before_an_exec_are_named_in_the_stacks_report") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    let (_, stderr) = run_into(
+        &results,
+        &["--stacks"],
+        Path::new("bash"),
+        &["-c", "exec /bin/true"],
+    );
+    let read = MemtrackResult::read_dir(&results).unwrap();
+    let earlier = &read[0].process.earlier_images;
+    assert_eq!(earlier.len(), 1, "{stderr}");
+    let stats = &earlier[0].stats;
+    assert!(stats.alloc_calls > 0, "bash allocated nothing? {stats:#?}");
+    let (out, report, report_err) = output(memtrack().args(["report", "--stacks"]).arg(&results));
+    assert!(out.status.success(), "{report_err}");
+    let note = format!(
+        "  note: before exec, as bash -c exec /bin/true: allocated {} in {} blocks, whose \
+         stacks were not kept (the stacks and the counters above cover the image the \
+         process ran last)\n",
+        memtrack_cli::units::bytes(stats.bytes_allocated),
+        memtrack_cli::units::exact(stats.alloc_calls),
+    );
+    assert!(report.contains(&note), "{note:?} not in\n{report}");
+    assert!(
+        report.contains("  the stacks add up exactly to the counters\n"),
+        "{report}"
     );
 }

@@ -430,7 +430,7 @@ fn terminal_report_ranks_and_shows_distinguishing_frames() {
     let line = |site| site_line("call_tree.c", site);
     let decode = format!("decode (call_tree.c:{})", line("decode calls malloc"));
     let through_load = format!(
-        "         {decode}\n         parse_header (call_tree.c:{}) [inlined]\n         + 3 outer \
+        "         {decode}\n         parse_header (call_tree.c:{}) [inlined]\n         + 2 outer \
          frames: load < main < [unknown]\n",
         line("parse_header calls decode")
     );
@@ -740,7 +740,9 @@ fn bad_export_targets_fail_before_the_report() {
     std::fs::write(&file, "kept").unwrap();
     let link = out.path().join("link.json");
     std::os::unix::fs::symlink(&file, &link).unwrap();
-    let cases: [(&str, &Path, String); 4] = [
+    let in_file = file.join("x.json");
+    let no_parent = out.path().join("no/flames");
+    let cases: [(&str, &Path, String); 6] = [
         (
             "--pprof",
             Path::new("/nonexistent/x.pb.gz"),
@@ -772,6 +774,26 @@ fn bad_export_targets_fail_before_the_report() {
                 link.display()
             ),
         ),
+        (
+            "--dhat",
+            &in_file,
+            format!(
+                "writing {}: its directory {} is not a directory: not written",
+                in_file.display(),
+                file.display()
+            ),
+        ),
+        // The flamegraphs' directory is made, not the directories above it (as the
+        // file exports need theirs).
+        (
+            "--flamegraph-dir",
+            &no_parent,
+            format!(
+                "writing {}: its parent directory {} does not exist: not written",
+                no_parent.display(),
+                out.path().join("no").display()
+            ),
+        ),
     ];
     for (flag, target, said) in cases {
         let run = report_stacks(results.path(), [flag.as_ref(), target.as_ref()]);
@@ -783,6 +805,55 @@ fn bad_export_targets_fail_before_the_report() {
         assert!(run.stdout.is_empty(), "{flag} {target:?}");
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+}
+
+/// Two exports naming one file would leave only the second: refused, naming both flags,
+/// before anything is shown or written (the same name spelled two ways included).
+#[test]
+fn two_exports_to_one_file_are_refused() {
+    let results = tempfile::tempdir().unwrap();
+    save(results.path(), &with_region());
+    let out = tempfile::tempdir().unwrap();
+    let same = out.path().join("same.out");
+    let flames = out.path().join("flames");
+    std::fs::create_dir(&flames).unwrap();
+    let spelled_twice = out.path().join(".").join("same.out");
+    let in_flames = flames.join("peak.svg");
+    let cases: [([&OsStr; 4], &Path, &str); 2] = [
+        (
+            [
+                "--dhat".as_ref(),
+                same.as_ref(),
+                "--pprof".as_ref(),
+                spelled_twice.as_ref(),
+            ],
+            &spelled_twice,
+            "--dhat and --pprof both name it",
+        ),
+        (
+            [
+                "--dhat".as_ref(),
+                in_flames.as_ref(),
+                "--flamegraph-dir".as_ref(),
+                flames.as_ref(),
+            ],
+            &in_flames,
+            "--dhat and --flamegraph-dir both name it",
+        ),
+    ];
+    for (args, path, said) in cases {
+        let run = report_stacks(results.path(), args);
+        assert_eq!(run.status.code(), Some(201), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&run.stderr),
+            format!(
+                "memtrack: writing {}: {said}: give each export its own file: not written\n",
+                path.display()
+            )
+        );
+        assert!(run.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!same.exists() && std::fs::read_dir(&flames).unwrap().next().is_none());
 }
 
 /// A file that cannot be read is skipped and named, the others are reported, and the

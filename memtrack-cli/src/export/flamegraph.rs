@@ -132,19 +132,20 @@ fn empty_svg(metric: FlameMetric) -> String {
     )
 }
 
-/// Writes the three SVGs into `dir` (created if needed, mode 0700) and returns their
-/// paths.
+/// Writes the three SVGs into `dir` (created if needed, mode 0700, in a directory that
+/// exists) and returns their paths.
 pub fn write_all(profiles: &[StackProfile], dir: &Path) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::DirBuilderExt;
     super::check_dir_target(dir)?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::Write {
-            path: dir.to_path_buf(),
-            source: Box::new(e),
-        })?;
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Error::Write {
+                path: dir.to_path_buf(),
+                source: Box::new(e),
+            })?;
+    }
     FlameMetric::ALL
         .iter()
         .map(|&metric| {

@@ -13,7 +13,7 @@ pub mod dhat;
 pub mod flamegraph;
 pub mod pprof;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
@@ -61,18 +61,48 @@ pub fn check_file_target(path: &Path) -> Result<()> {
         Ok(m) if m.is_dir() => Err(not_written(path, "is a directory (give a file name)")),
         Ok(m) if !m.is_file() => Err(not_written(path, "is not a regular file")),
         Ok(_) => Ok(()),
-        Err(_) => {
-            let parent = directory_of(path);
-            if parent.is_dir() {
-                Ok(())
+        Err(_) => check_parent(path, "its directory"),
+    }
+}
+
+/// The directory `path` goes in must exist: exports make no directories above their
+/// own.
+fn check_parent(path: &Path, named: &str) -> Result<()> {
+    let parent = directory_of(path);
+    match parent.metadata() {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(not_written(
+            path,
+            &format!("{named} {} is not a directory", parent.display()),
+        )),
+        Err(_) => Err(not_written(
+            path,
+            &format!("{named} {} does not exist", parent.display()),
+        )),
+    }
+}
+
+/// Fails when two of the export `targets` (each the flag that named it, and the file)
+/// are one file: the second would silently replace the first.
+pub fn check_distinct_targets(targets: &[(&str, PathBuf)]) -> Result<()> {
+    // The same file: the same name in the same directory (compared once resolved, so
+    // `./a.json` and `a.json` are one; a directory not there yet was refused before).
+    let key = |path: &Path| {
+        let dir = directory_of(path);
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        dir.join(path.file_name().unwrap_or_default())
+    };
+    for (i, (flag, path)) in targets.iter().enumerate() {
+        if let Some((other, _)) = targets[..i].iter().find(|(_, p)| key(p) == key(path)) {
+            let why = if other == flag {
+                format!("{flag} names it twice")
             } else {
-                Err(not_written(
-                    path,
-                    &format!("its directory {} does not exist", parent.display()),
-                ))
-            }
+                format!("{other} and {flag} both name it: give each export its own file")
+            };
+            return Err(not_written(path, &why));
         }
     }
+    Ok(())
 }
 
 /// The directory a file `path` names goes in: its parent, or `.` for a bare name.
@@ -83,13 +113,14 @@ pub fn directory_of(path: &Path) -> &Path {
     }
 }
 
-/// Checks, before anything is shown, that `dir` is a directory or can be made one: not
-/// a file, not a symbolic link.
+/// Checks, before anything is shown, that `dir` is a directory or can be made one (in
+/// a directory that exists): not a file, not a symbolic link.
 pub fn check_dir_target(dir: &Path) -> Result<()> {
     match dir.symlink_metadata() {
         Ok(m) if m.file_type().is_symlink() => Err(not_written(dir, "is a symbolic link")),
         Ok(m) if !m.is_dir() => Err(not_written(dir, "exists and is not a directory")),
-        _ => Ok(()),
+        Ok(_) => Ok(()),
+        Err(_) => check_parent(dir, "its parent directory"),
     }
 }
 

@@ -14,6 +14,7 @@
 use std::{collections::HashMap, io::Write as _, path::Path};
 
 use flate2::{Compression, write::GzEncoder};
+use memtrack::stacks::StackObject;
 use prost::Message as _;
 
 use crate::{
@@ -226,6 +227,40 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// The id of `object`'s mapping, made (numbered from 1, in order) if it has none yet.
+fn mapping_of(
+    object: &StackObject,
+    mappings: &mut Vec<proto::Mapping>,
+    ids: &mut HashMap<StackObject, u64>,
+    strings: &mut Strings,
+) -> u64 {
+    *ids.entry(object.clone()).or_insert_with(|| {
+        let id = mappings.len() as u64 + 1;
+        mappings.push(proto::Mapping {
+            id,
+            filename: strings.get(&object.path.to_string_lossy()),
+            build_id: strings.get(object.build_id.as_deref().unwrap_or("")),
+            ..Default::default()
+        });
+        id
+    })
+}
+
+/// The profile's executable, as far as its stacks tell: the object most complete stacks
+/// end in (their outermost frame is the program's entry point, `_start`, which the
+/// executable holds, static or dynamic); `None` without a complete stack.
+fn executable(profile: &StackProfile) -> Option<&StackObject> {
+    let mut ends: HashMap<&StackObject, u64> = HashMap::new();
+    for stack in &profile.stacks {
+        if let Some(Place::Object { object, .. }) = stack.frames.last().map(|f| &f.place) {
+            *ends.entry(object).or_default() += 1;
+        }
+    }
+    ends.into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(object, _)| object)
+}
+
 /// The profile of `profiles` (not yet encoded).
 pub fn build(profiles: &[StackProfile]) -> proto::Profile {
     let mut strings = Strings::new();
@@ -244,6 +279,10 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
     let mut functions: Vec<proto::Function> = Vec::new();
     let mut function_ids: HashMap<(String, String), u64> = HashMap::new();
     let mut samples = Vec::new();
+    // pprof takes the first mapping for the program's: the executables come first.
+    for object in profiles.iter().filter_map(executable) {
+        mapping_of(object, &mut mappings, &mut mapping_ids, &mut strings);
+    }
     let (pid_key, command_key, benchmark_key) = (
         strings.get("pid"),
         strings.get("command"),
@@ -279,16 +318,7 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
                 }
                 let mapping_id = match &frame.place {
                     Place::Object { object, .. } => {
-                        let next = mappings.len() as u64 + 1;
-                        let id = *mapping_ids.entry(object.clone()).or_insert_with(|| {
-                            mappings.push(proto::Mapping {
-                                id: next,
-                                filename: strings.get(&object.path.to_string_lossy()),
-                                build_id: strings.get(object.build_id.as_deref().unwrap_or("")),
-                                ..Default::default()
-                            });
-                            next
-                        });
+                        let id = mapping_of(object, &mut mappings, &mut mapping_ids, &mut strings);
                         let mapping = &mut mappings[id as usize - 1];
                         let address = frame.shown_address().unwrap_or(0);
                         mapping.memory_limit = mapping.memory_limit.max(address + 1);
@@ -401,4 +431,98 @@ pub fn encode_gzip(profile: &proto::Profile) -> Vec<u8> {
 /// Writes the gzipped profile of `profiles` to `path`.
 pub fn write(profiles: &[StackProfile], path: &Path) -> Result<()> {
     super::write_file(path, &encode_gzip(&build(profiles)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use memtrack::stacks::StackCounts;
+
+    use super::*;
+    use crate::{stack_profile::ShownFrame, stack_profile::ShownStack, symbolize::LogicalFrame};
+
+    fn object(name: &str) -> StackObject {
+        StackObject {
+            path: PathBuf::from(name),
+            build_id: None,
+        }
+    }
+
+    fn frame(object_name: &str, address: u64) -> ShownFrame {
+        ShownFrame {
+            place: Place::Object {
+                object: object(object_name),
+                address,
+                interrupted: false,
+            },
+            logical: vec![LogicalFrame {
+                function: format!("f{address:x}"),
+                location: None,
+                inlined: false,
+            }],
+            symbolized: true,
+        }
+    }
+
+    #[test]
+    fn the_first_mapping_is_the_executable_the_stacks_start_in() {
+        // The top stack's innermost frames are in a library, and one stack is cut:
+        // the executable is where the complete stacks end (_start).
+        let stack = |frames: Vec<ShownFrame>| ShownStack {
+            id: Some(0),
+            frames,
+            counts: StackCounts {
+                alloc_blocks: 1,
+                alloc_bytes: 8,
+                ..StackCounts::default()
+            },
+        };
+        let mut cut = stack(vec![frame("/lib/libstdc++.so.6", 0x10)]);
+        cut.frames.push(ShownFrame {
+            place: Place::Marker("[truncated]"),
+            logical: vec![],
+            symbolized: false,
+        });
+        let profile = StackProfile {
+            pid: 7,
+            command: vec!["./tree".into()],
+            benchmark: None,
+            started_unix_ms: 0,
+            start_ns: 0,
+            end_ns: 1,
+            peak_ns: None,
+            peak_bytes_allocated: None,
+            bytes_allocated: None,
+            depth_limit: 64,
+            stacks: vec![
+                cut,
+                stack(vec![
+                    frame("/lib/libstdc++.so.6", 0x20),
+                    frame("/lib/libc.so.6", 0x30),
+                    frame("/work/tree", 0x40),
+                ]),
+                stack(vec![
+                    frame("/lib/libc.so.6", 0x50),
+                    frame("/work/tree", 0x60),
+                ]),
+            ],
+            total: StackCounts::default(),
+            counters: None,
+            problems: vec![],
+            regions: vec![],
+            earlier_images: vec![],
+        };
+        let built = build(&[profile]);
+        let names: Vec<&str> = built
+            .mapping
+            .iter()
+            .map(|m| built.string_table[m.filename as usize].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["/work/tree", "/lib/libstdc++.so.6", "/lib/libc.so.6"]
+        );
+        assert_eq!(built.mapping[0].id, 1);
+    }
 }
