@@ -468,3 +468,36 @@ fn without_privileges_criterion_times_and_byte_measurements_save_nothing() {
         );
     }
 }
+
+/// Results that cannot be saved are said, and `criterion_main!` then exits 1: a CI job
+/// reading the results must not pass on missing ones, or on stale ones an earlier run
+/// left there.
+#[test]
+fn unsaved_results_are_said_and_fail_the_run() {
+    if !require_privileges("criterion_unsaved_results_are_said_and_fail_the_run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_dir = dir.path().join("a-file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let output = Command::new(SUITE)
+        .args(SUITE_ARGS)
+        .env("CRITERION_HOME", dir.path().join("criterion"))
+        .env("MEMTRACK_OUTPUT_DIR", &not_a_dir)
+        .env_remove("MEMTRACK_FIFO_DIR")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches(": result not saved: ").count(),
+        3,
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(
+            "memtrack: 3 benchmark results not saved (the errors are above): exit code 1\n"
+        ),
+        "{stderr}"
+    );
+}

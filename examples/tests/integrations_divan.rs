@@ -303,3 +303,27 @@ fn without_privileges_divan_says_so_once_and_still_runs() {
     assert!(!stdout.contains("memtrack"), "{stdout}");
     assert!(!dir.path().join("memtrack").exists());
 }
+
+/// A result that cannot be saved is said, never claimed saved, and the run exits 1: a
+/// CI job reading the results must not pass on missing ones, or on stale ones an
+/// earlier run left there.
+#[test]
+fn an_unsaved_result_is_said_and_fails_the_run() {
+    if !require_privileges("divan_an_unsaved_result_is_said_and_fails_the_run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_dir = dir.path().join("a-file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let output = Command::new(SUITE)
+        .args(ARGS)
+        .env("MEMTRACK_OUTPUT_DIR", &not_a_dir)
+        .env_remove("MEMTRACK_FIFO_DIR")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains(": result not saved: "), "{stderr}");
+    assert!(stdout.contains("memtrack: NOT saved in "), "{stdout}");
+    assert!(!stdout.contains("memtrack: saved in"), "{stdout}");
+}

@@ -65,4 +65,7 @@ fn main() {
     let mut calls = short(AllocationCalls::criterion());
     calls.bench_function("three_blocks_calls", |b| b.iter(three_blocks));
     calls.bench_function("vec_grow_100_calls", |b| b.iter(vec_grow_100));
+
+    // What `criterion_main!` does last: exit code 1 if a result could not be saved.
+    criterion::exit_if_not_saved();
 }

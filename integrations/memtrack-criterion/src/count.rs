@@ -1,6 +1,9 @@
 //! Counting one iteration per benchmark, the first time the process runs it.
 
-use std::path::PathBuf;
+use std::{
+    path::PathBuf,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
 use memtrack::Stats;
 
@@ -46,6 +49,23 @@ pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
     session.recorded.last().map(|bench| bench.stats.clone())
 }
 
+/// How many benchmarks' results could not be saved in-process (each said on stderr).
+static NOT_SAVED: AtomicUsize = AtomicUsize::new(0);
+
+/// Ends the process with exit code 1 if any benchmark's result could not be saved, so
+/// that a CI job reading the results never passes on missing or stale ones (a file
+/// left by an earlier run). [`criterion_main!`](crate::criterion_main) calls it last.
+pub fn exit_if_not_saved() {
+    let n = NOT_SAVED.load(Ordering::SeqCst);
+    if n != 0 {
+        let results = if n == 1 { "result" } else { "results" };
+        eprintln!(
+            "memtrack: {n} benchmark {results} not saved (the errors are above): exit code 1"
+        );
+        std::process::exit(1);
+    }
+}
+
 /// [`measure_once`] but for what it returns: whether the call was counted in-process.
 /// Everything but starting and stopping the count and the routine itself (printing,
 /// naming the directory, saving) runs on the session's helper thread, so this thread's
@@ -60,6 +80,7 @@ fn count_and_save<O>(id: &str, routine: impl FnOnce() -> O) -> Option<()> {
         println!("{}", session::summary_line(id, &bench.stats));
         let dir = result_dir(id);
         if let Err(e) = session.write_result(&dir, &[bench]) {
+            NOT_SAVED.fetch_add(1, Ordering::SeqCst);
             eprintln!("memtrack {id}: result not saved: {e}");
         }
     });

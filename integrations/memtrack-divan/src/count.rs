@@ -8,6 +8,16 @@ use crate::{INTEGRATION, Mode, result_dir, session};
 /// (each benchmark once, nothing timed): divan's loop may then run.
 static DIVAN_TESTS: AtomicBool = AtomicBool::new(false);
 
+/// Whether the last save of this process's result file failed (each save writes every
+/// benchmark counted so far: the last one is what is on disk).
+static LAST_SAVE_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process's result, as counted so far, is not on disk: its last save
+/// failed (said on stderr then).
+pub(crate) fn not_saved() -> bool {
+    LAST_SAVE_FAILED.load(Ordering::SeqCst)
+}
+
 /// Records that divan runs in test mode (one call per benchmark, no timing).
 pub(crate) fn divan_runs_tests() {
     DIVAN_TESTS.store(true, Ordering::SeqCst);
@@ -33,7 +43,9 @@ pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
     if session.record(uri, counted).is_some() {
         session::on_helper_thread(|| {
             let dir = result_dir();
-            if let Err(e) = session.write_result(&dir, &session.recorded) {
+            let saved = session.write_result(&dir, &session.recorded);
+            LAST_SAVE_FAILED.store(saved.is_err(), Ordering::SeqCst);
+            if let Err(e) = saved {
                 eprintln!("memtrack {uri}: result not saved: {e}");
             }
         });

@@ -219,7 +219,8 @@ pub fn mode() -> Mode {
     session::mode(INTEGRATION)
 }
 
-/// Runs divan like `divan::main()` (its command-line options included), then [`finish`].
+/// Runs divan like `divan::main()` (its command-line options included), then [`finish`];
+/// exits with code 1 if the in-process result could not be saved (said on stderr).
 /// Decides the [`Mode`] first, so its one line comes before divan's output. Under
 /// `memtrack run`, runs divan's test mode instead (each benchmark once, untimed: the
 /// runner's probes would inflate every timing).
@@ -231,6 +232,10 @@ pub fn main() {
         Divan::from_args().main();
     }
     finish();
+    if count::not_saved() {
+        // A CI job reading the results must not pass on missing or stale ones.
+        std::process::exit(1);
+    }
 }
 
 /// Prints, to stdout, the counts of the benchmarks counted in-process (the table of
@@ -251,11 +256,19 @@ pub fn finish() {
             println!();
             print!("{}", render_table(&session.recorded));
             let dir = result_dir();
-            println!(
-                "memtrack: saved in {} (read it with `memtrack report {}`)",
-                dir.display(),
-                dir.display()
-            );
+            if count::not_saved() {
+                println!(
+                    "memtrack: NOT saved in {} (the error is above); a result file there \
+                     is from an earlier run",
+                    dir.display()
+                );
+            } else {
+                println!(
+                    "memtrack: saved in {} (read it with `memtrack report {}`)",
+                    dir.display(),
+                    dir.display()
+                );
+            }
         }
     }
 }
