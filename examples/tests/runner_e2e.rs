@@ -102,6 +102,68 @@ fn regions_are_exact_and_noise_is_not_counted() {
     assert_eq!(process["stats"]["alloc_calls"], 1110);
 }
 
+/// A benchmark region the process ends inside (a panic, a signal, an exit) is listed,
+/// last, marked unfinished, with what it counted: its bytes are in the process's
+/// totals, so they are in a benchmark too. The report says it, and a limit on it fails
+/// (its counters are partial, and would pass a limit the whole iteration may exceed).
+#[test]
+fn a_region_the_process_ends_inside_is_listed_as_unfinished() {
+    if !require_privileges("a_region_the_process_ends_inside") {
+        return;
+    }
+    let (outcome, dir) =
+        run(CommandSpec::new(env!("CARGO_BIN_EXE_marked_regions")).args(["--exit-inside"]));
+    assert_eq!(outcome.exit.code, Some(0));
+    let read = RunResults::read_dir(dir.path()).unwrap();
+    assert_eq!(read, outcome.results);
+    let process = &read.processes[0];
+    let benchmarks: Vec<_> = process
+        .benchmarks
+        .iter()
+        .map(|b| {
+            let s = &b.stats;
+            (
+                b.uri.as_str(),
+                b.unfinished,
+                (s.alloc_calls, s.bytes_allocated, s.free_calls, s.live_bytes),
+            )
+        })
+        .collect();
+    assert_eq!(
+        benchmarks,
+        [
+            ("marked_regions::ten", false, (10, 1000, 10, 0)),
+            ("marked_regions::hundred", false, (100, 6400, 100, 0)),
+            ("marked_regions::thousand", false, (1000, 32000, 0, 32000)),
+            // 5 blocks of 1000 bytes and the Vec of 5 pointers holding them.
+            ("marked_regions::unfinished", true, (6, 5040, 0, 5040)),
+        ]
+    );
+    // The process's totals are the sum of its regions, the unfinished one included.
+    assert_eq!(
+        (process.stats.alloc_calls, process.stats.bytes_allocated),
+        (1116, 44440)
+    );
+    let text = memtrack_cli::report::render_text(&read.processes);
+    assert!(
+        text.contains("benchmark marked_regions::unfinished (process ")
+            && text.contains(") UNFINISHED: the process ended inside it"),
+        "{text}"
+    );
+    let limits: Vec<memtrack_cli::limits::Limit> = ["marked_regions::*:alloc_calls<=100000"]
+        .iter()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let checked = memtrack_cli::limits::check(&limits, &[(dir.path(), &read.processes)]);
+    assert_eq!(checked.checks, 4);
+    assert_eq!(checked.exceeded.len(), 1, "{:?}", checked.exceeded);
+    assert!(
+        checked.exceeded[0].contains("did not finish (the process ended inside it)"),
+        "{:?}",
+        checked.exceeded
+    );
+}
+
 #[test]
 fn garbage_in_the_control_fifo_is_answered_and_measuring_goes_on() {
     if !require_privileges("garbage_in_the_control_fifo") {

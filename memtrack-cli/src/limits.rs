@@ -155,11 +155,19 @@ pub fn check(limits: &[Limit], dirs: &[DirResults]) -> Checked {
     let mut checked = Checked::default();
     for limit in limits {
         let mut matched = false;
-        let mut check = |what: String, stats: &Stats| {
+        // `unfinished`: a benchmark region the process ended inside. Its partial
+        // counters would pass a limit the whole iteration may exceed: it fails instead.
+        let mut check = |what: String, stats: &Stats, unfinished: bool| {
             matched = true;
             checked.checks += 1;
             let value = limit.counter.of(stats);
-            if value > limit.max {
+            if unfinished {
+                checked.exceeded.push(format!(
+                    "{what}: did not finish (the process ended inside it), so its counters \
+                     are partial (limit {:?})",
+                    limit.text
+                ));
+            } else if value > limit.max {
                 checked.exceeded.push(format!(
                     "{what}: {} is {}, more than {} (limit {:?})",
                     limit.counter.name(),
@@ -176,14 +184,14 @@ pub fn check(limits: &[Limit], dirs: &[DirResults]) -> Checked {
                         for b in p.benchmarks.iter().filter(|b| limit.glob.is_match(&b.uri)) {
                             let what =
                                 format!("benchmark {}{} (process {})", b.uri, place(dir), p.pid);
-                            check(what, &b.stats);
+                            check(what, &b.stats, b.unfinished);
                         }
                     }
                     Target::Processes => {
                         let command = p.command.join(" ");
                         if limit.glob.is_match(&command) {
                             let what = format!("process {} ({command}){}", p.pid, place(dir));
-                            check(what, &p.stats);
+                            check(what, &p.stats, false);
                         }
                     }
                 }

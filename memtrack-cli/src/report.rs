@@ -253,7 +253,16 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
     }
     for p in processes {
         for b in &p.benchmarks {
-            out.push_str(&format!("benchmark {} (process {})\n", b.uri, p.pid));
+            let unfinished = if b.unfinished {
+                " UNFINISHED: the process ended inside it (or was still in it at the end); \
+                 the counters are what it counted until then"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "benchmark {} (process {}){unfinished}\n",
+                b.uri, p.pid
+            ));
             out.push_str(&aligned(stats_rows(&b.stats), "  "));
         }
     }

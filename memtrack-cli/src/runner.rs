@@ -189,13 +189,21 @@ struct Regions {
     /// Per process, with stacks on: the stacks of its closed regions (each listed, and
     /// their sum as the process scope).
     stacks: HashMap<u32, ProcessStacks>,
+    /// The region being counted, (pid, uri), as [`MemoryHandler`] has it: a process that
+    /// ends inside it, or is still in it when the results are written, lists it as
+    /// unfinished with what it counted.
+    open: Option<(u32, String)>,
 }
 
 impl Regions {
     /// `p` as its result reports it: once regions were marked, its counters are the sum
-    /// of its regions (the closed ones, and what an open one counted), and its closed
-    /// regions are listed.
+    /// of its regions (the closed ones, and what an open one counted), and its regions
+    /// are listed, an open one last, marked unfinished (the counters `p` has now are
+    /// what it counted: they are zeroed at each region's start and end).
     fn apply(&self, mut p: TrackedProcess) -> TrackedProcess {
+        let open = self
+            .open_uri(p.pid)
+            .map(|uri| BenchmarkStats::new(uri.to_string(), p.stats.clone()).into_unfinished());
         if self.seen {
             let mut total = self.per_process.get(&p.pid).cloned().unwrap_or_default();
             total.merge(&p.stats);
@@ -205,9 +213,18 @@ impl Regions {
             self.benchmarks
                 .iter()
                 .filter(|(pid, _)| *pid == p.pid)
-                .map(|(_, bench)| bench.clone()),
+                .map(|(_, bench)| bench.clone())
+                .chain(open),
         );
         p
+    }
+
+    /// The uri of the region open in process `pid`, if any.
+    fn open_uri(&self, pid: u32) -> Option<&str> {
+        match &self.open {
+            Some((open_pid, uri)) if *open_pid == pid => Some(uri),
+            _ => None,
+        }
     }
 
     /// The stacks of process `pid` as its stacks file holds them, given `now`, its
@@ -219,7 +236,8 @@ impl Regions {
             return now;
         }
         let mut all = self.stacks.get(&pid).cloned().unwrap_or_default();
-        all.add_scope(None, &now);
+        // An open region's stacks are listed with it, as its counters are.
+        all.add_scope(self.open_uri(pid), &now);
         all.process.start_ns = now.process.start_ns;
         all.process.end_ns = now.process.end_ns;
         all
@@ -327,6 +345,7 @@ impl MemoryHandler {
         self.control.reset_process(pid)?;
         self.opened_ns = memtrack::monotonic_ns();
         self.control.set_process_enabled(pid, true)?;
+        regions.open = Some((pid, uri.clone()));
         self.open = Some((pid, uri));
         Ok(None)
     }
@@ -342,6 +361,7 @@ impl MemoryHandler {
         let stacks = self.control.stacks(pid);
         self.control.reset_process(pid)?;
         let mut regions = lock(&self.regions);
+        regions.open = None;
         regions.per_process.entry(pid).or_default().merge(&stats);
         if let Some(mut stacks) = stacks {
             stacks.process.start_ns = self.opened_ns;

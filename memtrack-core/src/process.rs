@@ -55,6 +55,12 @@ pub struct BenchmarkStats {
     pub uri: String,
     /// Calls made inside the region only.
     pub stats: Stats,
+    /// The region was still open when the process ended (a panic, a signal, an exit
+    /// inside it) or when the run's results were written: `stats` are what it counted
+    /// until then, not a whole iteration. Absent (false) in files written before
+    /// 2026-12-05.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unfinished: bool,
 }
 
 impl BenchmarkStats {
@@ -63,6 +69,15 @@ impl BenchmarkStats {
         BenchmarkStats {
             uri: uri.into(),
             stats,
+            unfinished: false,
+        }
+    }
+
+    /// The same, marked [`unfinished`](Self::unfinished).
+    pub fn into_unfinished(self) -> Self {
+        BenchmarkStats {
+            unfinished: true,
+            ..self
         }
     }
 }

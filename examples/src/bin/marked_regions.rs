@@ -30,6 +30,10 @@
 //!   calls           malloc 1,000
 //! ```
 //!
+//! With `--exit-inside` it then exits inside a fourth region, `marked_regions::unfinished`
+//! (5 blocks of 1000 bytes and the 40-byte Vec holding them), which the runner lists as
+//! unfinished.
+//!
 //! Run without the runner it says so and runs unmeasured. With `--garbage` it first
 //! writes malformed frames straight into the runner's control FIFO (a robustness check:
 //! the runner must answer them with errors and keep measuring).
@@ -158,4 +162,18 @@ fn main() {
     drop(thousand);
     drop(noise(3));
     drop(kept_noise);
+
+    if std::env::args().any(|a| a == "--exit-inside")
+        && let Some(c) = client.as_mut()
+    {
+        // A benchmark the process ends inside (as a panic or a signal would end it):
+        // the runner lists it as unfinished, with what it counted: 5 blocks of 1000
+        // bytes and the Vec holding them.
+        c.current_benchmark("marked_regions::unfinished")
+            .expect("runner answers CurrentBenchmark");
+        c.start_benchmark().expect("runner answers StartBenchmark");
+        let unfinished: Vec<Box<[u8; 1000]>> = (0..5).map(|_| Box::new([4u8; 1000])).collect();
+        std::hint::black_box(&unfinished);
+        std::process::exit(0);
+    }
 }
