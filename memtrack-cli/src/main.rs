@@ -138,7 +138,7 @@ enum Command {
         #[command(flatten)]
         checks: Checks,
         /// The command and its arguments (after `--`).
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(required = true, trailing_var_arg = true)]
         cmd: Vec<std::ffi::OsString>,
     },
     /// Print the results saved in a directory and the directories below it.

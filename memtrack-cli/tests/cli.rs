@@ -150,6 +150,37 @@ fn no_command_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
 }
 
+/// A mistyped option before the command is a usage error (201), not run as the command
+/// (it used to say "--jsn: command not found", exit 127); options after the command's
+/// name are the command's.
+#[test]
+fn a_mistyped_option_is_a_usage_error_not_a_command() {
+    let out = memtrack()
+        .args(["run", "--jsn", "x", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(memtrack_cli::exit_code::MEMTRACK_FAILED)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unexpected argument '--jsn'"), "{stderr}");
+    assert!(stderr.contains("'--json'"), "{stderr}");
+    if !memtrack_test_support::require_privileges("a_mistyped_option_is_a_usage_error") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = memtrack()
+        .args(["run", "-o"])
+        .arg(dir.path().join("r"))
+        .args(["echo", "--json", "-x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "--json -x\n");
+}
+
 #[test]
 fn report_of_a_corrupt_file_names_it() {
     let dir = tempfile::tempdir().unwrap();
