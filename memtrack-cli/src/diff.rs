@@ -38,6 +38,11 @@ impl std::str::FromStr for MaxIncrease {
     fn from_str(text: &str) -> Result<Self, String> {
         let invalid =
             |why: &str| format!("invalid --max-increase {text:?}: {why} (e.g. 5%, 0.5%, 0%)");
+        if text.trim().starts_with('-') {
+            return Err(invalid(
+                "a negative increase cannot be allowed; 0% allows none",
+            ));
+        }
         let number = text
             .trim()
             .strip_suffix('%')
@@ -127,8 +132,19 @@ impl Change {
             };
         }
         let percent = delta as f64 * 100.0 / self.base as f64;
+        // One decimal, or as many as a change shows as a change (+0.027%, never +0.0%
+        // next to a limit of 0% it broke), up to 6.
+        let mut decimals = 1;
+        while delta != 0
+            && decimals < 6
+            && format!("{:.*}", decimals, percent.abs())
+                .trim_matches(['0', '.'])
+                .is_empty()
+        {
+            decimals += 1;
+        }
         format!(
-            "{absolute} ({}{percent:.1}%)",
+            "{absolute} ({}{percent:.decimals$}%)",
             if delta > 0 { "+" } else { "" }
         )
     }
@@ -411,6 +427,11 @@ mod tests {
                 "{err}"
             );
         }
+        let negative = "-5%".parse::<MaxIncrease>().unwrap_err();
+        assert!(
+            negative.contains("a negative increase cannot be allowed"),
+            "{negative}"
+        );
     }
 
     #[test]
@@ -430,6 +451,15 @@ mod tests {
             "-400 B (-6.2%)"
         );
         assert_eq!(change(Counter::AllocCalls, 0, 0).show(), "0 (0.0%)");
+        // A change too small for one decimal still shows as one.
+        assert_eq!(
+            change(Counter::BytesAllocated, 73_260, 73_280).show(),
+            "+20 B (+0.03%)"
+        );
+        assert_eq!(
+            change(Counter::AllocCalls, 1_000_000, 999_999).show(),
+            "-1 (-0.0001%)"
+        );
         assert_eq!(change(Counter::AllocCalls, 0, 5).show(), "+5 (from 0)");
     }
 

@@ -206,7 +206,7 @@ enum Command {
         /// The largest increase allowed for each counter compared, in percent (e.g. 5%,
         /// 0%); above it in any process or benchmark: exit 203. Any increase from 0 is
         /// above it.
-        #[arg(long, value_name = "PERCENT")]
+        #[arg(long, value_name = "PERCENT", allow_hyphen_values = true)]
         max_increase: Option<MaxIncrease>,
         /// Append the comparison as Markdown to FILE (e.g. "$GITHUB_STEP_SUMMARY").
         #[arg(long, value_name = "FILE")]
@@ -696,8 +696,24 @@ mod tests {
         );
         assert_eq!(depth(&["--stacks=1"]), Ok(Some(1)));
         assert_eq!(depth(&["--stacks=64"]), Ok(Some(64)));
+        assert_eq!(depth(&["--stacks=max"]), Ok(Some(max)));
         assert_eq!(depth(&["--stacks=0"]), Err(ErrorKind::ValueValidation));
         assert_eq!(depth(&["--stacks=65"]), Err(ErrorKind::ValueValidation));
+    }
+
+    /// `diff --max-increase -5%` reaches the percentage's parser, which says why it is
+    /// refused (clap took `-5` for an option: "unexpected argument '-5' found").
+    #[test]
+    fn a_negative_max_increase_is_refused_by_its_parser() {
+        let argv = ["memtrack", "diff", "a", "b", "--max-increase", "-5%"];
+        let err = Cli::try_parse_from(argv)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("a negative increase cannot be allowed"),
+            "{err}"
+        );
     }
 
     /// `report --stacks --top N` lists at least one stack per ranking.
