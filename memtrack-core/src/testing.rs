@@ -67,6 +67,7 @@ pub fn test_tracker() -> TrackerBuilder {
 /// root)` on stderr (straight to file descriptor 2, which the test harness does not
 /// capture, so it is seen) and returns false; with [`REQUIRE_PRIVILEGED_ENV`]`=1` it
 /// panics with that message instead.
+#[track_caller]
 pub fn privileged_or_skip(test: &str) -> bool {
     if crate::privileges::can_track() {
         return true;
@@ -98,6 +99,7 @@ fn test_name() -> String {
 /// # Panics
 /// If the tracker cannot be made (with privileges), or if events were lost (more than
 /// [`TEST_LIVE_BLOCKS`] blocks live at once): the numbers would not be exact.
+#[track_caller]
 pub fn count<R>(f: impl FnOnce() -> R) -> Option<Stats> {
     count_with(test_tracker(), f).map(|(_, stats)| stats)
 }
@@ -107,27 +109,32 @@ pub fn count<R>(f: impl FnOnce() -> R) -> Option<Stats> {
 ///
 /// # Panics
 /// As [`count`].
+///
+/// Its panics point at the caller's line (`#[track_caller]`), the test's own.
+#[track_caller]
 pub fn count_with<R>(builder: TrackerBuilder, f: impl FnOnce() -> R) -> Option<(R, Stats)> {
     let test = test_name();
     if !privileged_or_skip(&test) {
         return None;
     }
-    let mut tracker = builder
-        .build(Scope::Thread)
-        .unwrap_or_else(|e| panic!("{test}: memtrack cannot count: {e}"));
-    tracker
-        .start()
-        .unwrap_or_else(|e| panic!("{test}: memtrack cannot start counting: {e}"));
+    let mut tracker = match builder.build(Scope::Thread) {
+        Ok(tracker) => tracker,
+        Err(e) => panic!("{test}: memtrack cannot count: {e}"),
+    };
+    if let Err(e) = tracker.start() {
+        panic!("{test}: memtrack cannot start counting: {e}");
+    }
     let value = f();
-    tracker
-        .stop()
-        .unwrap_or_else(|e| panic!("{test}: memtrack cannot stop counting: {e}"));
-    let stats = tracker
-        .collect()
-        .unwrap_or_else(|e| panic!("{test}: memtrack cannot read its counters: {e}"));
+    if let Err(e) = tracker.stop() {
+        panic!("{test}: memtrack cannot stop counting: {e}");
+    }
+    let stats = match tracker.collect() {
+        Ok(stats) => stats,
+        Err(e) => panic!("{test}: memtrack cannot read its counters: {e}"),
+    };
     assert_eq!(
         stats.lost_events, 0,
-        "{test}: memtrack lost {} event(s), so the counts are not exact (more live blocks \
+        "{test}: memtrack lost events ({}), so the counts are not exact (more live blocks \
          than the tracker's map holds?): {stats:#?}",
         stats.lost_events
     );

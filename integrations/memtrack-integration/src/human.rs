@@ -22,8 +22,10 @@ fn exact_bytes(n: u64) -> String {
 /// peak 192 B live, 0 B live at end (one iteration)`.
 pub fn summary_line(uri: &str, stats: &Stats) -> String {
     let mut line = format!(
-        "memtrack {uri}: {} allocs, {} allocated, peak {} live, {} live at end (one iteration)",
+        "memtrack {uri}: {} alloc{}, {} allocated, peak {} live, {} live at end (one \
+         iteration)",
         exact(stats.alloc_calls),
+        if stats.alloc_calls == 1 { "" } else { "s" },
         exact_bytes(stats.bytes_allocated),
         exact_bytes(stats.peak_live_bytes),
         exact_bytes(stats.live_bytes),
@@ -120,6 +122,12 @@ mod tests {
         b.stats.lost_events = 2;
         assert!(
             summary_line(&b.uri, &b.stats).ends_with("(one iteration) [2 lost events: not exact]")
+        );
+        let one = bench("y", 1, 8, 8, 8);
+        assert!(
+            summary_line(&one.uri, &one.stats).starts_with("memtrack y: 1 alloc, 8 B allocated"),
+            "{}",
+            summary_line(&one.uri, &one.stats)
         );
     }
 }
