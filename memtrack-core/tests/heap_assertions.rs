@@ -248,6 +248,14 @@ fn as_nobody_heap_tests_say_skipped_or_fail_when_required() {
         )),
         "{stdout}"
     );
+    // Each failure points at the test's own line (#[track_caller]), not at memtrack's.
+    assert_eq!(
+        stdout
+            .matches("panicked at memtrack-core/tests/heap_assertions.rs:")
+            .count(),
+        8,
+        "{stdout}"
+    );
 }
 
 /// The setcap recipe of the README: CAP_BPF and CAP_PERFMON on the test binary, and user
