@@ -168,6 +168,9 @@ pub struct Compared {
     pub what: String,
     /// One per counter compared.
     pub changes: Vec<Change>,
+    /// A benchmark that did not finish in either run (`BenchmarkStats::unfinished`): its
+    /// counters are partial, so with `--max-increase` every one of them fails.
+    pub unfinished: bool,
 }
 
 /// The comparison of two runs.
@@ -226,8 +229,9 @@ fn place(dir: &Path) -> String {
     }
 }
 
-/// Everything of one run to match, keyed by (directory, kind order, name, position).
-type Keyed<'a> = BTreeMap<(PathBuf, u8, String, usize), (String, &'a Stats)>;
+/// Everything of one run to match, keyed by (directory, kind order, name, position):
+/// what it is, its counters, and whether it is a benchmark that did not finish.
+type Keyed<'a> = BTreeMap<(PathBuf, u8, String, usize), (String, &'a Stats, bool)>;
 
 fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
     let mut out = Keyed::new();
@@ -244,14 +248,17 @@ fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
             for b in &p.benchmarks {
                 let n = position(0, &b.uri);
                 let what = format!("benchmark {}{}{}", b.uri, nth(n), place(dir));
-                out.insert((dir.to_path_buf(), 0, b.uri.clone(), n), (what, &b.stats));
+                out.insert(
+                    (dir.to_path_buf(), 0, b.uri.clone(), n),
+                    (what, &b.stats, b.unfinished),
+                );
             }
         }
         for p in &ordered {
             let key = command_key(&p.command);
             let n = position(1, &key);
             let what = format!("process {}{}{}", p.command.join(" "), nth(n), place(dir));
-            out.insert((dir.to_path_buf(), 1, key, n), (what, &p.stats));
+            out.insert((dir.to_path_buf(), 1, key, n), (what, &p.stats, false));
         }
     }
     out
@@ -270,11 +277,12 @@ fn nth(n: usize) -> String {
 pub fn diff(base: &[DirResults], new: &[DirResults], options: &DiffOptions) -> Diff {
     let (base, mut new) = (keyed(base), keyed(new));
     let mut out = Diff::default();
-    for (key, (what, base_stats)) in base {
-        let Some((_, new_stats)) = new.remove(&key) else {
+    for (key, (what, base_stats, base_unfinished)) in base {
+        let Some((_, new_stats, new_unfinished)) = new.remove(&key) else {
             out.only_in_base.push(what);
             continue;
         };
+        let unfinished = base_unfinished || new_unfinished;
         let changes = options
             .counters
             .iter()
@@ -284,13 +292,19 @@ pub fn diff(base: &[DirResults], new: &[DirResults], options: &DiffOptions) -> D
                     counter,
                     base: b,
                     new: n,
-                    exceeded: options.max_increase.is_some_and(|m| m.exceeded(b, n)),
+                    exceeded: options
+                        .max_increase
+                        .is_some_and(|m| unfinished || m.exceeded(b, n)),
                 }
             })
             .collect();
-        out.compared.push(Compared { what, changes });
+        out.compared.push(Compared {
+            what,
+            changes,
+            unfinished,
+        });
     }
-    out.only_in_new = new.into_values().map(|(what, _)| what).collect();
+    out.only_in_new = new.into_values().map(|(what, _, _)| what).collect();
     out
 }
 
@@ -311,16 +325,19 @@ fn rows(diff: &Diff, options: &DiffOptions, markdown: bool) -> Vec<Vec<String>> 
     for compared in &diff.compared {
         for (i, change) in compared.changes.iter().enumerate() {
             let verdict = match (change.exceeded, options.max_increase) {
+                (true, Some(_)) if compared.unfinished && markdown => "**unfinished**".to_string(),
+                (true, Some(_)) if compared.unfinished => "UNFINISHED".to_string(),
                 (true, Some(max)) if markdown => format!("**above {}**", max.show()),
                 (true, Some(max)) => format!("ABOVE {}", max.show()),
                 _ => String::new(),
             };
+            let what = if compared.unfinished {
+                format!("{} (unfinished: partial counters)", compared.what)
+            } else {
+                compared.what.clone()
+            };
             rows.push(vec![
-                if i == 0 {
-                    code(&compared.what)
-                } else {
-                    String::new()
-                },
+                if i == 0 { code(&what) } else { String::new() },
                 change.counter.name().to_owned(),
                 change.counter.show(change.base),
                 change.counter.show(change.new),
@@ -337,10 +354,27 @@ fn summary(diff: &Diff, options: &DiffOptions) -> String {
     let names: Vec<&str> = options.counters.iter().map(|c| c.name()).collect();
     let verdict = match options.max_increase {
         None => "no --max-increase given".to_owned(),
-        Some(max) => match diff.exceeded() {
-            0 => format!("none above {}", max.show()),
-            n => format!("{n} above {}", max.show()),
-        },
+        Some(max) => {
+            let unfinished = diff.compared.iter().filter(|c| c.unfinished).count();
+            let above = diff
+                .compared
+                .iter()
+                .filter(|c| !c.unfinished)
+                .flat_map(|c| &c.changes)
+                .filter(|c| c.exceeded)
+                .count();
+            let mut verdict = match above {
+                0 => format!("none above {}", max.show()),
+                n => format!("{n} above {}", max.show()),
+            };
+            if unfinished != 0 {
+                verdict.push_str(&format!(
+                    "; {} unfinished (partial counters: failed)",
+                    units::count(unfinished as u64, "benchmark")
+                ));
+            }
+            verdict
+        }
     };
     format!(
         "{} counters compared ({}) in {} processes and benchmarks: {verdict}",
@@ -489,6 +523,55 @@ mod tests {
             p.benchmarks.push(BenchmarkStats::new(*uri, stats));
         }
         p
+    }
+
+    /// A benchmark that did not finish in either run fails every counter compared (its
+    /// counters are partial: fewer allocations would pass), and says why.
+    #[test]
+    fn an_unfinished_benchmark_fails_the_comparison() {
+        let base = [process(10, 1, "bench", &[("a", 100), ("b", 10)])];
+        let mut new = [process(11, 1, "bench", &[("a", 50), ("b", 10)])];
+        new[0].benchmarks[0] = new[0].benchmarks[0].clone().into_unfinished();
+        let options = DiffOptions {
+            counters: vec![Counter::AllocCalls],
+            max_increase: Some(max("5%")),
+        };
+        let d = diff(
+            &[(Path::new(""), &base)],
+            &[(Path::new(""), &new)],
+            &options,
+        );
+        let got: Vec<(&str, bool, bool)> = d
+            .compared
+            .iter()
+            .map(|c| (c.what.as_str(), c.unfinished, c.changes[0].exceeded))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("benchmark a", true, true),
+                ("benchmark b", false, false),
+                ("process bench", false, false),
+            ]
+        );
+        let text = render_text(&d, &options);
+        assert!(
+            text.starts_with(
+                "memtrack diff: 3 counters compared (alloc_calls) in 3 processes and \
+                 benchmarks: none above +5%; 1 benchmark unfinished (partial counters: failed)\n"
+            ),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("benchmark a"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            row.trim_start()
+                .starts_with("benchmark a (unfinished: partial counters)")
+                && row.ends_with("UNFINISHED"),
+            "{row:?}"
+        );
     }
 
     #[test]
