@@ -372,6 +372,25 @@ fn a_stack_depth_out_of_range_is_refused_with_the_range() {
     }
 }
 
+/// `start_enabled` applies to spawned and attached processes; a tracker of the calling
+/// process counts from `Tracker::start`, so the builder refuses it there rather than
+/// ignore it (it used to be ignored silently).
+#[test]
+fn start_enabled_on_a_tracker_of_this_process_is_refused() {
+    for enabled in [true, false] {
+        let err = memtrack::Tracker::builder()
+            .start_enabled(enabled)
+            .build(memtrack::Scope::Process)
+            .err()
+            .expect("refused");
+        assert_eq!(
+            err.to_string(),
+            "start_enabled applies to spawn and attach_pid; a Tracker of the calling process \
+             counts from Tracker::start"
+        );
+    }
+}
+
 /// A 32-bit program (here a static i386 one that only exits) is said to be unsupported,
 /// not "allocator not recognised ... in: " with an empty list.
 #[test]

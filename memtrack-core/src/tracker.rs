@@ -38,7 +38,7 @@ pub enum Scope {
 pub struct TrackerBuilder {
     max_live_blocks: u32,
     preallocated_live_blocks: u32,
-    start_enabled: bool,
+    start_enabled: Option<bool>,
     placement: ProbePlacement,
     links: UprobeLinks,
     count_syscalls: bool,
@@ -51,7 +51,7 @@ impl Default for TrackerBuilder {
         TrackerBuilder {
             max_live_blocks: DEFAULT_MAX_LIVE_BLOCKS,
             preallocated_live_blocks: DEFAULT_PREALLOCATED_LIVE_BLOCKS,
-            start_enabled: true,
+            start_enabled: None,
             placement: ProbePlacement::default(),
             links: UprobeLinks::default(),
             count_syscalls: true,
@@ -98,10 +98,11 @@ impl TrackerBuilder {
 
     /// For [`spawn`](Self::spawn) and [`attach_pid`](Self::attach_pid): whether counting
     /// is on from the start (default) or waits for [`ProcessTracker::start`]. A
-    /// [`Tracker`] of the calling process always waits for [`Tracker::start`]: counting
-    /// from its construction would count the caller's own setup.
+    /// [`Tracker`] of the calling process always waits for [`Tracker::start`] (counting
+    /// from its construction would count the caller's own setup): with this set,
+    /// [`build`](Self::build) fails with [`Error::Usage`] rather than ignore it.
     pub fn start_enabled(mut self, enabled: bool) -> Self {
-        self.start_enabled = enabled;
+        self.start_enabled = Some(enabled);
         self
     }
 
@@ -202,6 +203,12 @@ impl TrackerBuilder {
     /// [`Tracker::new`] builds), or only the thread that calls [`Tracker::start`]
     /// ([`Scope::Thread`]). Counting is off until [`Tracker::start`].
     pub fn build(self, scope: Scope) -> Result<Tracker> {
+        if self.start_enabled.is_some() {
+            return Err(Error::Usage(
+                "start_enabled applies to spawn and attach_pid; a Tracker of the calling \
+                 process counts from Tracker::start",
+            ));
+        }
         self.check()?;
         Tracker::attach_self(self.shared(false, Loading::Here)?, scope)
     }
@@ -219,7 +226,8 @@ impl TrackerBuilder {
         // exec stop until the probes are in place); a failed load kills it there.
         let starting = Follower::begin(Root::Spawn(command.into()))?;
         let on_hook = starting.hook_handoff();
-        let shared = self.shared(self.start_enabled, Loading::Parallel { on_hook: &on_hook })?;
+        let enabled = self.start_enabled.unwrap_or(true);
+        let shared = self.shared(enabled, Loading::Parallel { on_hook: &on_hook })?;
         crate::hold::load_gate();
         ProcessTracker::follow(shared, starting)
     }
@@ -239,7 +247,8 @@ impl TrackerBuilder {
         }
         crate::ld_hook::prefetch();
         self.check()?;
-        let shared = self.shared(self.start_enabled, Loading::Parallel { on_hook: &|_| {} })?;
+        let enabled = self.start_enabled.unwrap_or(true);
+        let shared = self.shared(enabled, Loading::Parallel { on_hook: &|_| {} })?;
         ProcessTracker::follow(shared, Follower::begin(Root::Attach(pid))?)
     }
 }
