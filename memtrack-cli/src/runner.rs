@@ -170,11 +170,10 @@ struct MemoryHandler {
     control: TrackerControl,
     /// The last `CurrentBenchmark`: (pid, uri).
     current: Option<(u32, String)>,
-    /// The region being counted: (pid, uri).
-    open: Option<(u32, String)>,
-    /// When the open region began, `CLOCK_MONOTONIC` ns.
+    /// When the open region (`Regions::open`) began, `CLOCK_MONOTONIC` ns.
     opened_ns: u64,
-    /// The closed regions (shared with the writer of exited processes' results).
+    /// The regions, closed and open (shared with the writer of exited processes'
+    /// results).
     regions: Arc<Mutex<Regions>>,
 }
 
@@ -189,9 +188,8 @@ struct Regions {
     /// Per process, with stacks on: the stacks of its closed regions (each listed, and
     /// their sum as the process scope).
     stacks: HashMap<u32, ProcessStacks>,
-    /// The region being counted, (pid, uri), as [`MemoryHandler`] has it: a process that
-    /// ends inside it, or is still in it when the results are written, lists it as
-    /// unfinished with what it counted.
+    /// The region being counted, (pid, uri): a process that ends inside it, or is still
+    /// in it when the results are written, lists it as unfinished with what it counted.
     open: Option<(u32, String)>,
 }
 
@@ -325,7 +323,8 @@ impl MemoryHandler {
     }
 
     fn start(&mut self) -> Result<Option<Reply>> {
-        if self.open.is_some() {
+        let mut regions = lock(&self.regions);
+        if regions.open.is_some() {
             return Ok(None); // the shared handling answers: a region is already open
         }
         let Some((pid, uri)) = self.current.clone() else {
@@ -333,7 +332,6 @@ impl MemoryHandler {
                 "StartBenchmark needs a CurrentBenchmark { pid, uri } first",
             ));
         };
-        let mut regions = lock(&self.regions);
         if !regions.seen {
             // From now on only regions count: drop what the whole-command mode counted.
             regions.seen = true;
@@ -345,15 +343,26 @@ impl MemoryHandler {
         self.control.reset_process(pid)?;
         self.opened_ns = memtrack::monotonic_ns();
         self.control.set_process_enabled(pid, true)?;
-        regions.open = Some((pid, uri.clone()));
-        self.open = Some((pid, uri));
+        regions.open = Some((pid, uri));
         Ok(None)
     }
 
     fn stop(&mut self) -> Result<Option<Reply>> {
-        let Some((pid, uri)) = self.open.take() else {
+        let Some((pid, uri)) = lock(&self.regions).open.clone() else {
             return Ok(None); // the shared handling answers: no region is open
         };
+        let closed = self.close(pid, uri);
+        if closed.is_err() {
+            // Not open any more for the protocol, as when it closes.
+            lock(&self.regions).open = None;
+        }
+        closed
+    }
+
+    /// Closes the open region `uri` of process `pid`: counting off, its counters and
+    /// stacks kept with the closed regions, the process's zeroed. It stays
+    /// `Regions::open` until its counters are kept, so that an exit meanwhile lists it.
+    fn close(&mut self, pid: u32, uri: String) -> Result<Option<Reply>> {
         self.control.set_process_enabled(pid, false)?;
         let closed_ns = memtrack::monotonic_ns();
         let stats = self.control.process_stats(pid)?;
@@ -477,7 +486,6 @@ fn serve_and_wait(
     let handler = MemoryHandler {
         control: tracker.control(),
         current: None,
-        open: None,
         opened_ns: 0,
         regions: regions.clone(),
     };
