@@ -87,13 +87,17 @@ fn check_parent(path: &Path, named: &str) -> Result<()> {
 pub fn check_distinct_targets(targets: &[(&str, PathBuf)]) -> Result<()> {
     // The same file: the same name in the same directory (compared once resolved, so
     // `./a.json` and `a.json` are one; a directory not there yet was refused before).
-    let key = |path: &Path| {
-        let dir = directory_of(path);
-        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-        dir.join(path.file_name().unwrap_or_default())
-    };
-    for (i, (flag, path)) in targets.iter().enumerate() {
-        if let Some((other, _)) = targets[..i].iter().find(|(_, p)| key(p) == key(path)) {
+    let keys: Vec<PathBuf> = targets
+        .iter()
+        .map(|(_, path)| {
+            let dir = directory_of(path);
+            let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+            dir.join(path.file_name().unwrap_or_default())
+        })
+        .collect();
+    for (i, &(flag, ref path)) in targets.iter().enumerate() {
+        if let Some(j) = keys[..i].iter().position(|k| *k == keys[i]) {
+            let other = targets[j].0;
             let why = if other == flag {
                 format!("{flag} names it twice")
             } else {
