@@ -548,19 +548,17 @@ fn read_tree(dir: &Path) -> Result<(Found, usize), String> {
                 memtrack::RESULT_FILE_SUFFIX
             )
         } else {
-            format!(
-                "{} in {} {}: nothing to report",
-                match tree.refused.len() {
-                    1 => "the one result file".to_string(),
-                    n => format!("none of the {} result files", units::exact(n as u64)),
-                },
-                dir.display(),
-                if tree.refused.len() == 1 {
-                    "could not be read"
-                } else {
-                    "could be read"
-                }
-            )
+            match tree.refused.len() {
+                1 => format!(
+                    "the one result file in {} could not be read: nothing to report",
+                    dir.display()
+                ),
+                n => format!(
+                    "none of the {} result files in {} could be read: nothing to report",
+                    units::exact(n as u64),
+                    dir.display()
+                ),
+            }
         });
     }
     let refused = tree.refused.len();
