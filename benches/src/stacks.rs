@@ -241,7 +241,7 @@ pub fn run(session: &mut Session) -> BenchResult<StacksResult> {
     let pairs = (t * n) as f64;
     let mut threads_per_pair = PerOp::default();
     let mut threads_off_per_pair = PerOp::default();
-    let depth = memtrack::stacks::DEFAULT_DEPTH;
+    let depth = memtrack::stacks::MAX_DEPTH;
     for round in 0..s.stack_thread_runs {
         eprintln!(
             "  {}, stacks off and {depth}: round {}/{}",

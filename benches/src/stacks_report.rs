@@ -70,7 +70,7 @@ pub fn markdown(r: &StacksResult, out: &mut String) {
          brackets): stacks off {}, stacks at depth {} {} ({}).\n",
         thousands(n),
         pairs(&r.threads_off_per_pair),
-        memtrack::stacks::DEFAULT_DEPTH,
+        memtrack::stacks::MAX_DEPTH,
         pairs(&r.threads_per_pair),
         fmt_ratio(r.threads_per_pair.cpu.min() / r.threads_off_per_pair.cpu.min()),
     );

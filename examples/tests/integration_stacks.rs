@@ -15,8 +15,8 @@ use memtrack::{
     BenchmarkStats, CommandSpec, RunResults, Stats,
     stacks::{MAX_DEPTH, ProcessStacks, stacks_file_name},
 };
-use memtrack_cli::{runner::RunOptions, stack_profile::read_stacks};
-use memtrack_test_support::{require_privileges, stack_flows, stats_flows};
+use memtrack_cli::runner::RunOptions;
+use memtrack_test_support::{stack_flows, stats_flows};
 
 mod common;
 use common::text;
@@ -64,10 +64,8 @@ fn check_regions(stacks: &ProcessStacks, benchmarks: &[BenchmarkStats]) -> Vec<V
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn stacks_per_benchmark_in_process_and_under_the_runner_are_exact_and_agree() {
-    if !require_privileges("stacks_per_benchmark_in_process_and_under_the_runner") {
-        return;
-    }
     // In-process, with MEMTRACK_STACKS.
     let out = tempfile::tempdir().unwrap();
     let output = Command::new(SUITE)
@@ -89,7 +87,7 @@ fn stacks_per_benchmark_in_process_and_under_the_runner_are_exact_and_agree() {
     let dir = out.path().join("divan/divan_suite");
     let results = RunResults::read_dir(&dir).unwrap().processes;
     assert_eq!(results.len(), 1);
-    let stacks = read_stacks(&dir.join(stacks_file_name(results[0].pid))).unwrap();
+    let stacks = ProcessStacks::read_from(&dir.join(stacks_file_name(results[0].pid))).unwrap();
     assert_eq!(stacks.depth_limit, MAX_DEPTH);
     let in_process = check_regions(&stacks, &results[0].benchmarks);
 
@@ -125,9 +123,10 @@ fn stacks_per_benchmark_in_process_and_under_the_runner_are_exact_and_agree() {
         .iter()
         .find(|(pid, _)| *pid == process.pid)
         .expect("its stacks");
-    let on_disk =
-        read_stacks(&Path::new(&run.path().join("results")).join(stacks_file_name(process.pid)))
-            .unwrap();
+    let on_disk = ProcessStacks::read_from(
+        &Path::new(&run.path().join("results")).join(stacks_file_name(process.pid)),
+    )
+    .unwrap();
     assert_eq!(&on_disk, runner_stacks);
     let runner = check_regions(runner_stacks, &process.benchmarks);
 

@@ -11,9 +11,7 @@
 //! - one answer: both modes count every benchmark identically;
 //! - byte measurements: exact in-process, never nanoseconds elsewhere.
 
-use memtrack_test_support::{
-    can_run_unprivileged, copy_for_nobody, require_privileges, unprivileged,
-};
+use memtrack_test_support::{can_run_unprivileged, copy_for_nobody, unprivileged};
 use std::{
     collections::BTreeMap,
     os::unix::fs::PermissionsExt,
@@ -132,10 +130,8 @@ fn check_is(result: &TrackedProcess, bin: &str) {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn in_process_criterion_times_as_usual_and_counts_each_benchmark() {
-    if !require_privileges("in_process_criterion_times_as_usual") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let output = run_in_process(SUITE, &SUITE_ARGS, dir.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
@@ -170,10 +166,8 @@ fn in_process_criterion_times_as_usual_and_counts_each_benchmark() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn under_the_runner_criterion_is_memory_only_and_leaves_baselines_alone() {
-    if !require_privileges("under_the_runner_criterion_is_memory_only") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     // A timing baseline from an earlier run (in-process).
     run_in_process(SUITE, &SUITE_ARGS, dir.path());
@@ -231,10 +225,8 @@ fn under_the_runner_criterion_is_memory_only_and_leaves_baselines_alone() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn in_process_and_runner_count_every_criterion_benchmark_identically() {
-    if !require_privileges("in_process_and_runner_count_every_criterion_benchmark") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     run_in_process(SUITE, &SUITE_ARGS, dir.path());
     let in_process: Vec<_> = SUITE_EXPECTED
@@ -252,10 +244,8 @@ fn in_process_and_runner_count_every_criterion_benchmark_identically() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn under_the_runner_criterions_filter_and_test_mode_still_apply() {
-    if !require_privileges("under_the_runner_criterions_filter_and_test_mode") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("criterion");
     // criterion's filter (a regex over the full id) selects what is counted.
@@ -291,10 +281,8 @@ const THREE_BLOCKS: Numbers = (3, 192, 3, 192, 0, 0, 192, 0);
 const VEC_GROW_100: Numbers = (6, 2016, 5, 992, 1, 1024, 1024, 0);
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn in_process_byte_measurements_are_exact_and_compare_cleanly() {
-    if !require_privileges("in_process_byte_measurements_are_exact") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let output = run_in_process(ALLOC, &[], dir.path());
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
@@ -358,10 +346,8 @@ fn in_process_byte_measurements_are_exact_and_compare_cleanly() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn under_the_runner_byte_benchmarks_are_regions_and_no_baseline_is_touched() {
-    if !require_privileges("under_the_runner_byte_benchmarks_are_regions") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     run_in_process(ALLOC, &[], dir.path());
     let home = dir.path().join("criterion");
@@ -473,10 +459,8 @@ fn without_privileges_criterion_times_and_byte_measurements_save_nothing() {
 /// reading the results must not pass on missing ones, or on stale ones an earlier run
 /// left there.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn unsaved_results_are_said_and_fail_the_run() {
-    if !require_privileges("criterion_unsaved_results_are_said_and_fail_the_run") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let not_a_dir = dir.path().join("a-file");
     std::fs::write(&not_a_dir, "").unwrap();

@@ -15,7 +15,6 @@
 use std::process::Command;
 
 use memtrack::CommandSpec;
-use memtrack_test_support::require_privileges;
 
 mod common;
 use common::{Captured, run_under_runner, shows_timings, text};
@@ -72,10 +71,8 @@ fn run_in_process(bin: &str, args: &[&str]) -> String {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn divan_times_every_iteration_with_no_probe_attached() {
-    if !require_privileges("divan_times_every_iteration_with_no_probe_attached") {
-        return;
-    }
     let stdout = run_in_process(DIVAN, &DIVAN_ARGS);
     assert!(shows_timings(&stdout), "{stdout}");
     let expected =
@@ -84,10 +81,8 @@ fn divan_times_every_iteration_with_no_probe_attached() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn criterion_times_every_iteration_with_no_probe_attached() {
-    if !require_privileges("criterion_times_every_iteration_with_no_probe_attached") {
-        return;
-    }
     let stdout = run_in_process(CRITERION, &CRITERION_ARGS);
     let got = watched(&stdout);
     let names: Vec<&str> = got.iter().map(|(name, _, _)| name.as_str()).collect();
@@ -109,10 +104,8 @@ fn criterion_times_every_iteration_with_no_probe_attached() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn under_the_runner_every_call_is_probed_and_none_timed() {
-    if !require_privileges("under_the_runner_every_call_is_probed_and_none_timed") {
-        return;
-    }
     let Captured {
         outcome, stdout, ..
     } = run_under_runner(|spec, _| spec, CommandSpec::new(DIVAN).args(DIVAN_ARGS));

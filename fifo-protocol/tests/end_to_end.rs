@@ -298,10 +298,11 @@ fn clients_may_close_and_reconnect() {
     assert_eq!(result.benchmarks[4].uri, "bench-4");
 }
 
+/// Set (to 1) in the child process `runner_serves_a_child_process` starts.
+const CHILD_ENV: &str = "FIFO_PROTOCOL_TEST_CHILD";
+
 /// Child half of `runner_serves_a_child_process`: this test binary re-executes itself with
-/// the runner's environment and runs only this test.
-#[test]
-#[ignore = "run as a child process by runner_serves_a_child_process"]
+/// the runner's environment and runs only that test, which then plays this part.
 fn child_integration() {
     let mut client = FifoClient::from_env()
         .expect("MEMTRACK_FIFO_DIR must be set by the parent test")
@@ -315,13 +316,17 @@ fn child_integration() {
 
 #[test]
 fn runner_serves_a_child_process() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return child_integration();
+    }
     let runner = FifoRunner::new(IntegrationMode::Memory).unwrap();
     let (name, value) = runner.env_var();
     let serving = runner.spawn(SharedHandling).unwrap();
 
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "child_integration", "--quiet"])
+        .args(["--exact", "runner_serves_a_child_process", "--quiet"])
         .env(name, &value)
+        .env(CHILD_ENV, "1")
         .stdout(Stdio::null())
         .status()
         .unwrap();

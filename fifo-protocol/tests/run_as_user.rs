@@ -2,8 +2,8 @@
 //! started through `sudo` runs the command as `SUDO_UID`/`SUDO_GID`), and that user's
 //! process connects with `FifoClient::from_env`.
 //!
-//! One test in its binary, because it changes the process environment; the parts that
-//! need root (changing owners, running a process as user `nobody`) are skipped otherwise.
+//! The test that needs root (changing owners, running a process as user `nobody`) is
+//! the one test of its kind in this binary, because it changes the process environment.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -14,10 +14,11 @@ use fifo_protocol::{Error, FifoClient, FifoRunner, IntegrationMode, SharedHandli
 
 const NOBODY: u32 = 65534;
 
+/// Set (to 1) in the child `fifo_directory_is_handed_to_the_commands_user` starts.
+const CHILD_ENV: &str = "FIFO_PROTOCOL_TEST_CHILD";
+
 /// Child half of `fifo_directory_is_handed_to_the_commands_user`: this test binary,
 /// re-executed as user `nobody` with the runner's environment.
-#[test]
-#[ignore = "run as user nobody by fifo_directory_is_handed_to_the_commands_user"]
 fn child_as_nobody() {
     // SAFETY: geteuid/getegid have no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, NOBODY);
@@ -36,23 +37,28 @@ fn owner(path: &Path) -> (u32, u32) {
     (meta.uid(), meta.gid())
 }
 
+/// Handing the directory to oneself always works, root or not.
 #[test]
-fn fifo_directory_is_handed_to_the_commands_user() {
+fn the_fifo_directory_can_be_handed_to_its_own_user() {
     // SAFETY: geteuid/getegid have no preconditions.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-
-    // Handing the directory to oneself always works, root or not.
     let runner = FifoRunner::new(IntegrationMode::Memory).unwrap();
     runner.set_owner(euid, egid).unwrap();
     let (_, dir) = runner.env_var();
     let serving = runner.spawn(SharedHandling).unwrap();
     FifoClient::connect(&dir).unwrap().ping().unwrap();
     serving.stop().unwrap();
+}
 
-    if euid != 0 {
-        println!("SKIPPED: not running as root, cannot hand the FIFOs to another user");
-        return;
+#[test]
+#[ignore = "needs root (runs as user nobody): cargo test -- --include-ignored as root, as scripts/test.sh does"]
+fn fifo_directory_is_handed_to_the_commands_user() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return child_as_nobody();
     }
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!(euid, 0, "needs root: it hands the FIFOs to user nobody");
 
     // Root's own runtime directory is closed to everyone else: `new` must not use it.
     let root_runtime = tempfile::tempdir().unwrap();
@@ -80,27 +86,32 @@ fn fifo_directory_is_handed_to_the_commands_user() {
     // The command runs as nobody (like memtrack's `run_as`) and talks to the runner.
     let (name, value) = runner.env_var();
     let serving = runner.spawn(SharedHandling).unwrap();
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "child_as_nobody", "--quiet"])
+    // A copy nobody can execute (the build directory may be closed to other users).
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("run_as_user");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let status = std::process::Command::new(&bin)
+        .args([
+            "--include-ignored",
+            "--exact",
+            "fifo_directory_is_handed_to_the_commands_user",
+            "--quiet",
+        ])
         .env(name, &value)
+        .env(CHILD_ENV, "1")
         .uid(NOBODY)
         .gid(NOBODY)
         .current_dir("/")
         .stdout(Stdio::null())
         .status();
     let (result, _) = serving.stop().unwrap();
-    match status {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            println!("SKIPPED: user nobody cannot execute this test binary: {e}");
-        }
-        status => {
-            let status = status.unwrap();
-            assert!(status.success(), "child as nobody failed: {status}");
-            assert_eq!(result.benchmarks.len(), 1);
-            assert_eq!(result.benchmarks[0].uri, "as_nobody");
-            assert!(result.measurements[0].stop_ns.is_some());
-        }
-    }
+    let status = status.unwrap();
+    assert!(status.success(), "child as nobody failed: {status}");
+    assert_eq!(result.benchmarks.len(), 1);
+    assert_eq!(result.benchmarks[0].uri, "as_nobody");
+    assert!(result.measurements[0].stop_ns.is_some());
 
     // A FIFO directory created where the user cannot go is refused by name, untouched.
     let runner = FifoRunner::new_in(IntegrationMode::Memory, root_runtime.path()).unwrap();

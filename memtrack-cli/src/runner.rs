@@ -30,8 +30,7 @@ use fifo_protocol::{Command, FifoRunner, IntegrationMode, LogSummary, MarkerResu
 
 use memtrack::{
     BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats,
-    TrackedProcess, Tracker, TrackerControl,
-    stacks::{ProcessStacks, stacks_file_name},
+    TrackedProcess, Tracker, TrackerControl, stacks::ProcessStacks,
 };
 
 use crate::error::{Error, Result};
@@ -270,8 +269,8 @@ fn process_stacks(control: &TrackerControl, process: &TrackedProcess) -> Option<
 
 /// Writes the stacks file of process `pid`.
 fn write_stacks(out: &OutputDir, pid: u32, stacks: &ProcessStacks) -> memtrack::Result<()> {
-    out.write_file(&stacks_file_name(pid), &stacks.to_bytes())
-        .map(|_| ())
+    stacks.write_to(out, pid)?;
+    Ok(())
 }
 
 /// Writes the result (and, with stacks, the stacks file) of each process as it exits,
@@ -572,7 +571,7 @@ fn write_all(
         }
         let result = MemtrackResult::new(process.clone());
         if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
-            first_failure.get_or_insert(Error::Tracking(e));
+            first_failure.get_or_insert(Error::Record(e));
         }
     }
     for (pid, process_stacks) in stacks {
@@ -589,9 +588,9 @@ fn write_all(
     let name = fifo_protocol::MARKER_RESULT_FILE_NAME;
     let written = markers
         .to_bytes()
-        .map_err(|e| Error::Write {
-            path: out.path().join(name),
-            source: Box::new(e),
+        .map_err(|source| Error::Fifo {
+            what: "encoding the markers",
+            source,
         })
         .and_then(|bytes| Ok(out.write_file(name, &bytes)?));
     if let Err(e) = written {

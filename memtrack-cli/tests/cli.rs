@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use memtrack_test_support::{expected, fixture, require_privileges};
+use memtrack_test_support::{expected, fixture};
 
 fn memtrack() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memtrack"))
@@ -83,10 +83,8 @@ impl Run {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn json_report_has_processes_with_exact_stats() {
-    if !require_privileges("json_report") {
-        return;
-    }
     let mut run = Run::new(&["--json", "-"], [fixture("leak")]);
     let json: serde_json::Value = serde_json::from_slice(&run.succeed()).unwrap();
     assert_eq!(json["schema_version"], memtrack::SCHEMA_VERSION);
@@ -113,10 +111,8 @@ fn json_report_has_processes_with_exact_stats() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn exit_code_is_the_commands() {
-    if !require_privileges("exit_code") {
-        return;
-    }
     // Without -o: the default results directories go into a temporary TMPDIR, removed
     // after the test (they used to stay in /tmp).
     let tmp = tempfile::tempdir().unwrap();
@@ -167,9 +163,12 @@ fn a_mistyped_option_is_a_usage_error_not_a_command() {
     );
     assert!(stderr.contains("unexpected argument '--jsn'"), "{stderr}");
     assert!(stderr.contains("'--json'"), "{stderr}");
-    if !memtrack_test_support::require_privileges("a_mistyped_option_is_a_usage_error") {
-        return;
-    }
+}
+
+/// Options after the command's name are the command's, not memtrack's.
+#[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
+fn options_after_the_command_are_the_commands() {
     let dir = tempfile::tempdir().unwrap();
     let out = memtrack()
         .args(["run", "-o"])
@@ -197,10 +196,8 @@ fn report_of_a_corrupt_file_names_it() {
 /// SIGINT sent to memtrack reaches the command; the command's death is reported (exit
 /// 130) and the results collected so far are written.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn sigint_is_forwarded_and_results_are_kept() {
-    if !require_privileges("sigint") {
-        return;
-    }
     let mut run = Run::new(&[], ["sleep", "30"]);
     let mut child = run
         .memtrack
@@ -250,10 +247,8 @@ fn sigint_is_forwarded_and_results_are_kept() {
 /// test-only load gate, core's hold.rs) is forwarded to the command once it runs, not
 /// lost: `sleep 30` dies of it, memtrack exits 128 + the signal and keeps the results.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn signals_sent_while_loading_are_forwarded() {
-    if !require_privileges("signals_while_loading") {
-        return;
-    }
     use std::io::BufRead;
     // `queued`: sent with sigqueue (si_code SI_QUEUE, not SI_USER), the way a signal
     // that is not another process's kill reaches memtrack, like a terminal's Ctrl-C:
@@ -326,10 +321,12 @@ fn signals_sent_while_loading_are_forwarded() {
 /// Started through sudo (SUDO_UID/SUDO_GID set, running as root), the command runs as
 /// that user.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn sudo_user_runs_the_command() {
-    if !require_privileges("sudo_user") || !nix::unistd::Uid::effective().is_root() {
-        return;
-    }
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "needs root: the command runs as user nobody"
+    );
     // The command, run as nobody, writes its ids where anyone may.
     let ids = tempfile::tempdir().unwrap();
     std::fs::set_permissions(ids.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -346,10 +343,8 @@ fn sudo_user_runs_the_command() {
 /// A live-block map too small for the program: the loss is counted and shown, never
 /// silent.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_full_live_map_is_reported_as_lost_events() {
-    if !require_privileges("full_live_map") {
-        return;
-    }
     let mut run = Run::new(&["--max-live-blocks", "2"], [fixture("leak")]);
     let text = run.succeed_with_report();
     assert!(text.contains("LOST EVENTS"), "{text}");
@@ -360,10 +355,8 @@ fn a_full_live_map_is_reported_as_lost_events() {
 /// With one preallocated block, the leak fixture's other blocks live on demand: its
 /// counts are those of the default run, nothing lost.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn blocks_beyond_the_preallocated_ones_are_counted_the_same() {
-    if !require_privileges("blocks_beyond_the_preallocated_ones_are_counted_the_same") {
-        return;
-    }
     let mut default = Run::new(&[], [fixture("leak")]);
     default.succeed();
     let mut split = Run::new(&["--preallocated-live-blocks", "1"], [fixture("leak")]);
@@ -395,10 +388,8 @@ fn blocks_beyond_the_preallocated_ones_are_counted_the_same() {
 /// `--probes` lists every probe site of the run, in the text report and in `memtrack
 /// report`; the JSON report always carries them.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn probes_are_listed_on_request() {
-    if !require_privileges("probes_are_listed_on_request") {
-        return;
-    }
     let mut run = Run::new(&["--probes"], [fixture("malloc_free")]);
     let text = run.succeed_with_report();
     let probes: Vec<&str> = text
@@ -436,10 +427,8 @@ fn probes_are_listed_on_request() {
 /// A command that starts many short processes: each is followed and gets its own
 /// result, and every probe is detached again (in batches, in the background).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn many_short_processes_are_each_tracked() {
-    if !require_privileges("many_short_processes_are_each_tracked") {
-        return;
-    }
     let mut run = Run::new(&[], ["sh", "-c", "for i in $(seq 100); do /bin/true; done"]);
     run.succeed();
     let results = run.results();
@@ -459,10 +448,8 @@ fn many_short_processes_are_each_tracked() {
 /// `--no-syscalls`: the report says the syscall counters were not counted, the JSON
 /// report and the result files hold null for them, and the heap numbers are unchanged.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn no_syscalls_says_not_counted() {
-    if !require_privileges("no_syscalls_says_not_counted") {
-        return;
-    }
     let mut run = Run::new(&["--no-syscalls"], [fixture("leak")]);
     let text = run.succeed_with_report();
     let line = text
@@ -560,10 +547,8 @@ impl Drop for MemoryCgroup {
 /// cgroup gets memtrack killed by the cgroup's OOM killer, without a word), and nothing
 /// of the run is left. The same command with a small map, in the same cgroup, runs.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_failed_load_never_runs_the_command() {
-    if !require_privileges("a_failed_load_never_runs_the_command") {
-        return;
-    }
     let Some(cgroup) = MemoryCgroup::new(400 << 20) else {
         eprintln!("a_failed_load_never_runs_the_command: skipped (no cgroup v1 memory controller)");
         return;

@@ -2,24 +2,38 @@
 //! its stderr (issue 11): a `CurrentBenchmark` for a process memtrack does not track is
 //! refused, and 100,000 malformed frames are told in one line.
 //!
-//! The command is this test binary again, running one of the ignored `child_*` tests
-//! under `memtrack run`.
+//! The command is this test binary again, running the same test under `memtrack run`
+//! in its child role ([`CHILD_ENV`]).
 
 use std::{io::Write, path::Path, process::Command};
 
 use fifo_protocol::{CONTROL_FIFO_NAME, FIFO_DIR_ENV, FifoClient, MarkerResult, Reply};
-use memtrack_test_support::require_privileges;
+/// Set (to 1) in the command a test runs under `memtrack run`: the test there plays its
+/// child's role.
+const CHILD_ENV: &str = "MEMTRACK_FIFO_INPUT_CHILD";
 
-/// `memtrack run -o DIR -- <this test binary> --exact CHILD`; returns its stderr after
-/// asserting that it exited 0.
-fn run_child(dir: &Path, child: &str) -> String {
+/// Whether this test process is a test's child under `memtrack run`.
+fn is_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// `memtrack run -o DIR -- <this test binary> --exact TEST` with [`CHILD_ENV`] set;
+/// returns its stderr after asserting that it exited 0.
+fn run_child(dir: &Path, test: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_memtrack"))
         .arg("run")
         .arg("-o")
         .arg(dir)
         .arg("--")
         .arg(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", child, "--test-threads=1", "--quiet"])
+        .args([
+            "--include-ignored",
+            "--exact",
+            test,
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env(CHILD_ENV, "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -32,16 +46,16 @@ fn run_child(dir: &Path, child: &str) -> String {
     stderr
 }
 
-/// The FIFO client of a child test, or None when the child runs outside memtrack (as
-/// `cargo test -- --ignored` would run it), where it has nothing to do.
-fn client() -> Option<FifoClient> {
-    FifoClient::from_env().map(|c| c.expect("the runner answers"))
+/// The FIFO client of a child (it runs under `memtrack run`).
+fn client() -> FifoClient {
+    FifoClient::from_env()
+        .expect("a child runs under memtrack run")
+        .expect("the runner answers")
 }
 
-#[test]
-#[ignore = "run under memtrack by current_benchmark_of_an_untracked_process_is_refused"]
-fn child_names_untracked_processes() {
-    let Some(mut client) = client() else { return };
+/// The child of `current_benchmark_of_an_untracked_process_is_refused`.
+fn names_untracked_processes() {
+    let mut client = client();
     client.set_version().unwrap();
     for pid in [1, u32::MAX] {
         let cmd = fifo_protocol::Command::CurrentBenchmark {
@@ -71,12 +85,16 @@ fn child_names_untracked_processes() {
 /// counts then vanished: now it is refused, not recorded, and the command's own region
 /// is counted exactly.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn current_benchmark_of_an_untracked_process_is_refused() {
-    if !require_privileges("current_benchmark_of_an_untracked_process_is_refused") {
-        return;
+    if is_child() {
+        return names_untracked_processes();
     }
     let dir = tempfile::tempdir().unwrap();
-    run_child(dir.path(), "child_names_untracked_processes");
+    run_child(
+        dir.path(),
+        "current_benchmark_of_an_untracked_process_is_refused",
+    );
     let markers = MarkerResult::read_from(&dir.path().join("MarkerResult.msgpack")).unwrap();
     let uris: Vec<&str> = markers.benchmarks.iter().map(|b| b.uri.as_str()).collect();
     assert_eq!(uris, ["own"]);
@@ -97,12 +115,9 @@ fn current_benchmark_of_an_untracked_process_is_refused() {
     );
 }
 
-#[test]
-#[ignore = "run under memtrack by malformed_frames_are_told_in_one_line"]
-fn child_writes_malformed_frames() {
-    let Some(dir) = std::env::var_os(FIFO_DIR_ENV) else {
-        return;
-    };
+/// The child of `malformed_frames_are_told_in_one_line`.
+fn writes_malformed_frames() {
+    let dir = std::env::var_os(FIFO_DIR_ENV).expect("a child runs under memtrack run");
     // 100,000 frames whose 1-byte body (0xc1) is not MessagePack; the replies are not
     // read. The runner handles all of it before it stops, even what is still in the
     // pipe when this process exits.
@@ -117,12 +132,13 @@ fn child_writes_malformed_frames() {
 
 /// 100,000 malformed frames used to print 100,000 lines on stderr.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn malformed_frames_are_told_in_one_line() {
-    if !require_privileges("malformed_frames_are_told_in_one_line") {
-        return;
+    if is_child() {
+        return writes_malformed_frames();
     }
     let dir = tempfile::tempdir().unwrap();
-    let stderr = run_child(dir.path(), "child_writes_malformed_frames");
+    let stderr = run_child(dir.path(), "malformed_frames_are_told_in_one_line");
     let fifo_lines: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("memtrack: fifo:"))

@@ -22,7 +22,7 @@ use std::{
     sync::mpsc,
 };
 
-use memtrack_test_support::{compile_c, repo_dir, require_privileges};
+use memtrack_test_support::{compile_c, repo_dir};
 
 /// Where memtrack is killed.
 #[derive(Clone, Copy, Debug)]
@@ -298,10 +298,8 @@ fn assert_exited_zero(what: &str, killed: &Killed) {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn sigkill_of_memtrack_at_any_moment_never_harms_the_program() {
-    if !require_privileges("sigkill_of_memtrack_at_any_moment_never_harms_the_program") {
-        return;
-    }
     let _alone = one_at_a_time();
     become_subreaper();
     let build = tempfile::tempdir().unwrap();
@@ -347,10 +345,8 @@ fn sigkill_of_memtrack_at_any_moment_never_harms_the_program() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn python_imports_ctypes_after_memtrack_was_killed() {
-    if !require_privileges("python_imports_ctypes_after_memtrack_was_killed") {
-        return;
-    }
     // The interpreter itself, not a wrapper on PATH (pyenv's shim is a bash script
     // that runs a dozen processes first): memtrack is killed in its main.
     let interpreter = Command::new("python3")

@@ -14,12 +14,12 @@ use std::{
     process::{Command, Output},
 };
 
+use memtrack::stacks::ProcessStacks;
 use memtrack::{
     MemtrackResult,
     stacks::{StackEnd, stacks_file_name},
 };
-use memtrack_cli::stack_profile::read_stacks;
-use memtrack_test_support::{dhat_function_names, require_privileges};
+use memtrack_test_support::dhat_function_names;
 use serde_json::Value;
 use stack_fixtures::{site_line, sources};
 
@@ -77,10 +77,8 @@ fn run_into(results: &Path, flags: &[&str], exe: &Path, args: &[&str]) -> (u32, 
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
-    if !require_privileges("run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "call_tree.c");
     let (results, pid, stderr) = run_with_stacks(dir.path(), &exe);
@@ -93,7 +91,7 @@ fn run_stacks_report_and_dhat_export_have_the_exact_per_stack_counts() {
     assert!(stderr.contains(&said), "{said:?} not in {stderr}");
 
     // The stacks file, written through the results directory's handle, as results are.
-    let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
+    let stacks = ProcessStacks::read_from(&results.join(stacks_file_name(pid))).unwrap();
     assert_eq!(stacks.depth_limit, 64);
     assert_eq!(stacks.stacks.len(), 2);
     assert!(stacks.stacks.iter().all(|s| s.end == StackEnd::Complete));
@@ -239,7 +237,7 @@ fn run_deep(dir: &Path, stacks_arg: &str, levels: u32) -> DeepRun {
     }
     let results = dir.join(format!("results{stacks_arg}-{levels}"));
     let (pid, stderr) = run_into(&results, &[stacks_arg], &exe, &[&levels.to_string()]);
-    let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
+    let stacks = ProcessStacks::read_from(&results.join(stacks_file_name(pid))).unwrap();
     let dhat_path = dir.join(format!("deep{stacks_arg}-{levels}.dhat.json"));
     let (out, report, report_err) = output(
         memtrack()
@@ -344,10 +342,8 @@ const START_UP: [&str; 3] = ["__libc_start_call_main", "__libc_start_main_impl",
 /// At the default depth (64), deep.c's 41-deep recursion is whole: every frame, from
 /// the allocating call to `_start`, and the stack is complete.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_41_deep_recursion_is_complete_at_the_default_depth() {
-    if !require_privileges("a_41_deep_recursion_is_complete_at_the_default_depth") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let run = run_deep(dir.path(), "--stacks", 40);
     run.assert_said(64, 0);
@@ -361,10 +357,8 @@ fn a_41_deep_recursion_is_complete_at_the_default_depth() {
 /// A stack of exactly 64 frames (a 60-deep recursion, main and the 3 start-up frames)
 /// is complete at the limit; one frame more is cut at 64 and marked truncated.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_stack_of_exactly_the_limit_is_complete_and_one_more_frame_is_cut() {
-    if !require_privileges("a_stack_of_exactly_the_limit_is_complete_and_one_more_frame_is_cut") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let run = run_deep(dir.path(), "--stacks", 59);
     run.assert_said(64, 0);
@@ -392,10 +386,8 @@ fn a_stack_of_exactly_the_limit_is_complete_and_one_more_frame_is_cut() {
 /// counted, in the stacks file, in what `run` and `report --stacks` say, and in the
 /// DHAT export.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted() {
-    if !require_privileges("a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let run = run_deep(dir.path(), "--stacks", 70);
     run.assert_said(64, 3);
@@ -421,10 +413,8 @@ fn a_stack_deeper_than_the_limit_is_cut_at_64_marked_and_counted() {
 /// entry program walks 8, the unwind program 8 per tail call), gives exactly that many
 /// frames, marked truncated.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_depth_across_a_batch_boundary_gives_exactly_that_many_frames() {
-    if !require_privileges("a_depth_across_a_batch_boundary_gives_exactly_that_many_frames") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let run = run_deep(dir.path(), "--stacks=20", 40);
     run.assert_said(20, 3);
@@ -439,10 +429,8 @@ fn a_depth_across_a_batch_boundary_gives_exactly_that_many_frames() {
 /// (1,400 allocations, 600 of them repeats of the stack before) gives the same stacks
 /// and counts either way.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
-    if !require_privileges("no_stack_cache_walks_every_stack_and_changes_no_stack") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "twins.c");
     let run = |flags: &[&str]| {
@@ -455,7 +443,7 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
         let (walked, reused) = said
             .split_once(", reused from the cache of walks: ")
             .unwrap_or_else(|| panic!("{said:?}"));
-        let stacks = read_stacks(&results.join(stacks_file_name(pid))).unwrap();
+        let stacks = ProcessStacks::read_from(&results.join(stacks_file_name(pid))).unwrap();
         let mut entries: Vec<_> = stacks
             .process
             .entries
@@ -490,10 +478,8 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
 /// do; the report names the earlier image and what it allocated, so its allocations
 /// are not silently missing from the stacks (bash allocates before it execs).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn allocations_before_an_exec_are_named_in_the_stacks_report() {
-    if !require_privileges("allocations_before_an_exec_are_named_in_the_stacks_report") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("results");
     let (_, stderr) = run_into(
@@ -513,8 +499,8 @@ fn allocations_before_an_exec_are_named_in_the_stacks_report() {
         "  note: before exec, as bash -c exec /bin/true: allocated {} in {} blocks, whose \
          stacks were not kept (the stacks and the counters above cover the image the \
          process ran last)\n",
-        memtrack_cli::units::bytes(stats.bytes_allocated),
-        memtrack_cli::units::exact(stats.alloc_calls),
+        memtrack_report::units::bytes(stats.bytes_allocated),
+        memtrack_report::units::exact(stats.alloc_calls),
     );
     assert!(report.contains(&note), "{note:?} not in\n{report}");
     assert!(

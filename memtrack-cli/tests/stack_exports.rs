@@ -13,7 +13,7 @@ use memtrack::{
     BenchmarkStats, MemtrackResult, Stats,
     stacks::{RegionStacks, ScopeStacks, StackCounts, StackEntry},
 };
-use memtrack_cli::{
+use memtrack_report::{
     export::{
         dhat,
         flamegraph::{self, FlameMetric},
@@ -534,7 +534,8 @@ fn save(dir: &Path, p: &LoadedProcess) {
         .write_to_dir(dir)
         .unwrap();
     if let Some(stacks) = &p.stacks {
-        stack_profile::write_stacks(dir, p.process.pid, stacks).unwrap();
+        let out = memtrack::OutputDir::create_all(dir, None).unwrap();
+        stacks.write_to(&out, p.process.pid).unwrap();
     }
 }
 
@@ -668,7 +669,8 @@ fn a_corrupt_stacks_file_is_an_error_naming_it() {
     // A stack referring to an object that is not there.
     let mut bad = p.stacks.clone().unwrap();
     bad.stacks[1].frames[2].object = Some(7);
-    stack_profile::write_stacks(results.path(), 4242, &bad).unwrap();
+    let out = memtrack::OutputDir::open(results.path(), None).unwrap();
+    bad.write_to(&out, 4242).unwrap();
     let run = report_stacks(results.path(), NO_ARGS);
     assert_eq!(run.status.code(), Some(201));
     assert_eq!(
@@ -926,9 +928,8 @@ fn a_stacks_file_that_is_a_link_or_a_fifo_is_not_read() {
         .write_to_dir(results.path())
         .unwrap();
     let path = results.path().join("4242.MemtrackStacks.msgpack");
-    let elsewhere =
-        stack_profile::write_stacks(&results.path().join("x"), 4242, p.stacks.as_ref().unwrap())
-            .unwrap();
+    let out = memtrack::OutputDir::create_all(&results.path().join("x"), None).unwrap();
+    let elsewhere = p.stacks.as_ref().unwrap().write_to(&out, 4242).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
     let report = || {
         let run = report_stacks(results.path(), NO_ARGS);
@@ -943,11 +944,14 @@ fn a_stacks_file_that_is_a_link_or_a_fifo_is_not_read() {
             results.path().display()
         )
     };
-    assert_eq!(report(), refused("is a symbolic link: not read"));
+    assert_eq!(
+        report(),
+        refused("is a symbolic link, not a regular file; not read")
+    );
     std::fs::remove_file(&path).unwrap();
     mkfifo(&path);
     // Opened without blocking, then refused: the report does not hang on it.
-    assert_eq!(report(), refused("not a regular file: not read"));
+    assert_eq!(report(), refused("is a FIFO, not a regular file; not read"));
 }
 
 fn mkfifo(path: &Path) {

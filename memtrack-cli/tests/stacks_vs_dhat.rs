@@ -33,13 +33,12 @@ mod stack_fixtures;
 use std::{
     collections::BTreeMap,
     ffi::OsString,
-    io::Write,
     path::{Path, PathBuf},
     process::Command,
 };
 
 use memtrack::{MemtrackResult, Stats};
-use memtrack_test_support::{repo_dir, require_privileges};
+use memtrack_test_support::repo_dir;
 use serde_json::Value;
 use stack_fixtures::{site_line, sources};
 
@@ -74,28 +73,17 @@ fn run_ok(command: &mut Command) {
     assert!(ok, "{command:?} failed: {stderr}");
 }
 
-/// Says on the terminal (not captured by the test harness) that `test` skipped.
-fn say_skipped(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
-/// Whether valgrind runs here. Without it the DHAT half of `test` is skipped, and says
-/// so; under `MEMTRACK_REQUIRE_PRIVILEGED=1` (CI) it fails instead: there a skip would
-/// hide the comparison.
-fn valgrind_or_skip(test: &str) -> bool {
-    if Command::new("valgrind").arg("--version").output().is_ok() {
-        return true;
-    }
+/// Fails unless `program` runs here (scripts/bootstrap.sh installs every program these
+/// tests compare with: valgrind, chromium, CPython 3.11).
+fn need(program: &str) {
+    let found = Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     assert!(
-        std::env::var_os("MEMTRACK_REQUIRE_PRIVILEGED").is_none_or(|v| v != "1"),
-        "{test}: valgrind not found on PATH, and MEMTRACK_REQUIRE_PRIVILEGED=1 \
-         (scripts/bootstrap.sh installs it)"
+        found,
+        "{program} not found (scripts/bootstrap.sh installs it)"
     );
-    say_skipped(
-        test,
-        "valgrind not found (scripts/bootstrap.sh installs it)",
-    );
-    false
 }
 
 /// A program of tests/stacks, built, with its arguments and the sources its own
@@ -300,15 +288,13 @@ struct Differs {
 /// Runs `fixture` under memtrack and checks its stacks against `expected` exactly;
 /// then, when valgrind is here, under DHAT, whose program points must be `expected`
 /// changed by `differs` and nothing else.
-fn check(test: &str, dir: &Path, fixture: &Fixture, expected: ByStack, differs: Vec<Differs>) {
+fn check(dir: &Path, fixture: &Fixture, expected: ByStack, differs: Vec<Differs>) {
     let (file, stats) = memtrack_dhat(dir, fixture);
     let ours = by_stack(&file, &fixture.sources);
     assert_eq!(ours, expected, "memtrack's stacks of {:?}", fixture.exe);
     assert_adds_up(&ours, &stats);
 
-    if !valgrind_or_skip(test) {
-        return;
-    }
+    need("valgrind");
     let valgrind = by_stack(&valgrind_dhat(dir, fixture), &fixture.sources);
     let mut wanted = expected;
     for d in differs {
@@ -326,11 +312,8 @@ fn check(test: &str, dir: &Path, fixture: &Fixture, expected: ByStack, differs: 
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn c_call_tree_stacks_are_exact_and_equal_dhats() {
-    let test = "c_call_tree_stacks_are_exact_and_equal_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let fixture = c_fixture(dir.path(), "gcc", &[], "call_tree.c");
     let c = "call_tree.c";
@@ -353,15 +336,12 @@ fn c_call_tree_stacks_are_exact_and_equal_dhats() {
             [300, 3, 100, 1, 0, 0],
         ),
     ]);
-    check(test, dir.path(), &fixture, expected, vec![]);
+    check(dir.path(), &fixture, expected, vec![]);
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn cpp_operator_new_stacks_are_exact_and_equal_dhats() {
-    let test = "cpp_operator_new_stacks_are_exact_and_equal_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let fixture = c_fixture(dir.path(), "g++", &[], "tree.cpp");
     let s = "tree.cpp";
@@ -393,15 +373,12 @@ fn cpp_operator_new_stacks_are_exact_and_equal_dhats() {
         why: "valgrind runs libstdc++'s freeres at exit (--run-cxx-freeres=yes), which \
               frees the emergency pool: not live at the end under DHAT",
     }];
-    check(test, dir.path(), &fixture, expected, differs);
+    check(dir.path(), &fixture, expected, differs);
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn rust_release_stacks_are_exact_and_equal_dhats() {
-    let test = "rust_release_stacks_are_exact_and_equal_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("tree_rs");
     run_ok(
@@ -439,15 +416,12 @@ fn rust_release_stacks_are_exact_and_equal_dhats() {
         // /proc/self/maps through stdio; its thread info): 9 blocks, 1 kept.
         (outside(), [2620, 9, 1736, 3, 544, 1]),
     ]);
-    check(test, dir.path(), &fixture, expected, vec![]);
+    check(dir.path(), &fixture, expected, vec![]);
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn dlopen_library_stacks_are_exact_and_equal_dhats() {
-    let test = "dlopen_library_stacks_are_exact_and_equal_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let library = dir.path().join("libplugin.so");
     compile("gcc", &["-shared", "-fPIC"], "plugin.c", &library);
@@ -488,15 +462,12 @@ fn dlopen_library_stacks_are_exact_and_equal_dhats() {
               from _dlfo_mappings_segment_allocate): 2,360 bytes in 2 blocks fewer live \
               at the end under DHAT",
     }];
-    check(test, dir.path(), &fixture, expected, differs);
+    check(dir.path(), &fixture, expected, differs);
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn static_binary_stacks_are_exact_and_dhat_sees_none() {
-    let test = "static_binary_stacks_are_exact_and_dhat_sees_none";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let fixture = c_fixture(dir.path(), "gcc", &["-static"], "call_tree.c");
     let origin = dir.path().canonicalize().unwrap().as_os_str().len() as u64;
@@ -533,7 +504,7 @@ fn static_binary_stacks_are_exact_and_dhat_sees_none() {
             why,
         })
         .collect();
-    check(test, dir.path(), &fixture, expected, differs);
+    check(dir.path(), &fixture, expected, differs);
 }
 
 fn twin_peaks(dir: &Path, higher: bool) -> Fixture {
@@ -558,11 +529,8 @@ fn twin_peaks_stack(phase: &str) -> Vec<String> {
 /// its peak on `>=`, and memtrack's kernel side bumps the peak epoch when the live
 /// total reaches the peak again, memtrack-ebpf atomics.rs `raise_to`).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn equal_peaks_at_t_gmax_are_dhats() {
-    let test = "equal_peaks_at_t_gmax_are_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let fixture = twin_peaks(dir.path(), false);
     let expected = ByStack::from([
@@ -570,16 +538,13 @@ fn equal_peaks_at_t_gmax_are_dhats() {
         (twin_peaks_stack("phase_a"), [300, 3, 0, 0, 0, 0]),
         (twin_peaks_stack("phase_b"), [300, 2, 300, 2, 0, 0]),
     ]);
-    check(test, dir.path(), &fixture, expected, vec![]);
+    check(dir.path(), &fixture, expected, vec![]);
 }
 
 /// The second peak is higher (370 bytes, phase B): both take it.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_higher_second_peak_at_t_gmax_equals_dhats() {
-    let test = "a_higher_second_peak_at_t_gmax_equals_dhats";
-    if !require_privileges(test) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let fixture = twin_peaks(dir.path(), true);
     let expected = ByStack::from([
@@ -587,22 +552,7 @@ fn a_higher_second_peak_at_t_gmax_equals_dhats() {
         (twin_peaks_stack("phase_a"), [300, 3, 0, 0, 0, 0]),
         (twin_peaks_stack("phase_b"), [320, 2, 320, 2, 0, 0]),
     ]);
-    check(test, dir.path(), &fixture, expected, vec![]);
-}
-
-/// Whether `program` runs (`--version`); says that `test` skipped when it does not.
-fn have(test: &str, program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        say_skipped(
-            test,
-            &format!("{program} not found (scripts/bootstrap.sh installs it)"),
-        );
-    }
-    found
+    check(dir.path(), &fixture, expected, vec![]);
 }
 
 /// The `<title>` texts of an SVG, read with an XML parser (so the file must be
@@ -633,23 +583,12 @@ fn svg_titles(svg: &[u8]) -> Vec<String> {
 /// flamegraph SVG is well-formed and names CPython's functions, and its stacks add up
 /// to the process's counters.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn cpython_stacks_open_in_dh_view_and_render_as_a_flamegraph() {
-    let test = "cpython_stacks_open_in_dh_view_and_render_as_a_flamegraph";
     let python = "/usr/bin/python3.11";
-    if !require_privileges(test) || !have(test, python) {
-        return;
-    }
-    if !have(test, "chromium") {
-        // As stack_exports.rs: CI that must open the viewer says so.
-        assert!(
-            std::env::var_os("MEMTRACK_REQUIRE_CHROMIUM").is_none_or(|v| v != "1"),
-            "{test}: chromium not found, and MEMTRACK_REQUIRE_CHROMIUM=1"
-        );
-        return;
-    }
-    if !valgrind_or_skip(test) {
-        return; // dh_view.html comes with valgrind
-    }
+    need(python);
+    need("chromium");
+    need("valgrind"); // dh_view.html comes with valgrind
     let dir = tempfile::tempdir().unwrap();
     let fixture = Fixture {
         exe: python.into(),

@@ -9,7 +9,7 @@ mod stack_fixtures;
 use std::path::Path;
 
 use memtrack::stacks::{Frame, StackObject};
-use memtrack_cli::{
+use memtrack_report::{
     stack_profile::{self, Place, ScopeChoice},
     symbolize::{LogicalFrame, ObjectStatus, Symbols},
 };

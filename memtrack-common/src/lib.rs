@@ -18,6 +18,36 @@
 /// memtrack reports (the user-space table `memtrack_targets::AllocFn` numbers them).
 pub const NUM_FUNCS: usize = 32;
 
+/// The name each per-function counter slot of [`PidStats::funcs`] is reported under, by
+/// slot (`memtrack_targets::AllocFn`'s discriminants; its test checks the two agree):
+/// the one place both the probe table and the reports take the names from.
+pub const FUNCTION_NAMES: [&str; 24] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "free",
+    "aligned_alloc",
+    "posix_memalign",
+    "memalign",
+    "valloc",
+    "pvalloc",
+    "operator new",
+    "operator new[]",
+    "operator delete",
+    "operator delete[]",
+    "mallocx",
+    "rallocx",
+    "dallocx",
+    "mi_malloc",
+    "mi_calloc",
+    "mi_realloc",
+    "mi_reallocn",
+    "mi_free",
+    "mi_aligned_alloc",
+    "mi_posix_memalign",
+];
+
 /// Number of buckets of the log2 size histogram: bucket 0 holds 0-byte blocks, bucket `i`
 /// (1..=64) holds sizes in `[2^(i-1), 2^i)`.
 pub const HISTOGRAM_BUCKETS: usize = 65;

@@ -1,7 +1,12 @@
-//! The one error type of the `memtrack` crate. Each variant says what failed, with which
-//! argument, and, where the user can do something about it, what to do next.
+//! The error type of the `memtrack` crate. Each variant says what failed, with which
+//! argument, and, where the user can do something about it, what to do next; each
+//! cause is typed: the engine's ([`LoadError`], [`ProgramError`]), the follower's
+//! ([`SpawnFailure`], [`FollowerEnd`]), the record's ([`memtrack_record::Error`]), the
+//! kernel's (`std::io::Error`, `nix::Error`, aya's `MapError`).
 
-use std::path::PathBuf;
+use std::{fmt, path::PathBuf};
+
+pub use crate::engine::{LoadError, ProgramError};
 
 /// Everything that can go wrong while tracking or reading results. New kinds of
 /// failure may be added (`#[non_exhaustive]`): match with a wildcard arm.
@@ -15,25 +20,26 @@ pub enum Error {
          the binary the capabilities: sudo setcap cap_bpf,cap_perfmon+ep <binary>"
     )]
     MissingCapabilities {
-        /// The missing capabilities, e.g. "CAP_BPF and CAP_PERFMON".
-        missing: String,
+        /// The missing capabilities.
+        missing: Capabilities,
     },
 
-    /// The kernel lacks something memtrack needs (BTF, uprobes, the BPF syscall).
+    /// The kernel lacks something memtrack needs (BTF, uprobes).
     #[error("this kernel cannot run memtrack: {0}")]
-    Unsupported(String),
+    Unsupported(KernelLacks),
 
     /// None of the process's mapped objects defines an allocator function memtrack knows.
     #[error(
         "process {pid} has no allocator memtrack can probe (no `malloc` in any of its \
-         mapped objects: {objects}); a static binary without symbols or a custom allocator \
-         cannot be tracked"
+         mapped objects: {}); a static binary without symbols or a custom allocator \
+         cannot be tracked",
+        paths(.objects)
     )]
     NoAllocator {
         /// The process.
         pid: u32,
-        /// The objects that were searched, comma-separated.
-        objects: String,
+        /// The objects that were searched.
+        objects: Vec<PathBuf>,
     },
 
     /// The process does not exist (any more).
@@ -45,42 +51,36 @@ pub enum Error {
 
     /// Loading the eBPF object into the kernel failed (parsing it, its BTF, creating
     /// one of its maps, relocating its code).
-    #[error("loading memtrack's eBPF object failed while {step}: {source}")]
-    Load {
-        /// The step that failed, with its argument (e.g. "creating map `STATS` with 4096
-        /// entries").
-        step: String,
-        /// The cause.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    #[error("loading memtrack's eBPF object failed while {0}")]
+    Load(#[source] LoadError),
 
     /// Loading or attaching one program failed.
     #[error("eBPF program `{program}`: {source}")]
     Program {
         /// Program name.
-        program: String,
+        program: &'static str,
         /// The cause (for a program the kernel's verifier rejects, the end of its log).
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: ProgramError,
     },
 
     /// Attaching uprobes to allocator functions failed.
     #[error(
-        "attaching `{program}` to {path} at file offsets {offsets:#x?} (pid {pid}) failed: {source}"
+        "attaching `{program}` to {} at file offsets {offsets:#x?} (pid {pid}) failed: {source}",
+        .path.display()
     )]
     Attach {
         /// Program name.
-        program: String,
+        program: &'static str,
         /// The ELF object probed.
         path: PathBuf,
         /// File offsets of the probe sites (one link may carry several).
         offsets: Vec<u64>,
         /// Process the probes are scoped to.
         pid: u32,
-        /// The cause.
+        /// The kernel's answer.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: std::io::Error,
     },
 
     /// A map operation failed.
@@ -113,12 +113,12 @@ pub enum Error {
     },
 
     /// The command could not be started.
-    #[error("cannot start {command}: {reason}")]
+    #[error("cannot start {command}: {cause}")]
     Spawn {
         /// The program name as given.
         command: String,
         /// Why.
-        reason: String,
+        cause: SpawnFailure,
     },
 
     /// A ptrace request failed (following children, holding a process stopped).
@@ -133,38 +133,10 @@ pub enum Error {
         source: nix::Error,
     },
 
-    /// A result file is unreadable, truncated or corrupt.
-    #[error("result file {path}: {reason}")]
-    ResultFile {
-        /// The file.
-        path: PathBuf,
-        /// Why it could not be read.
-        reason: String,
-    },
-
-    /// A result file was written by a newer memtrack.
-    #[error(
-        "result file {path} has schema_version {found}, but this memtrack reads versions up \
-         to {supported}; upgrade memtrack to read it"
-    )]
-    FutureSchema {
-        /// The file.
-        path: PathBuf,
-        /// The version found in the file.
-        found: u32,
-        /// The newest version this build reads.
-        supported: u32,
-    },
-
-    /// An I/O error on a path.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path involved.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading or writing the record failed: a result or stacks file, the results
+    /// directory, the tree of result directories.
+    #[error(transparent)]
+    Record(#[from] memtrack_record::Error),
 
     /// A system call memtrack needs for its own work (a pipe, a thread, a fork) failed.
     #[error("memtrack cannot {what}: {source}")]
@@ -176,49 +148,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The results directory cannot be used, or writing a file in it failed.
-    #[error("results directory {}: cannot {what}: {source}", .dir.display())]
-    OutputDir {
-        /// The directory (or the file in it) concerned.
-        dir: PathBuf,
-        /// What memtrack was doing, e.g. "create a file in".
-        what: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-
     /// memtrack's follower thread, which follows the tracked processes with ptrace,
     /// ended while it was still needed: the processes are no longer followed, and the
-    /// root's exit cannot be seen. Not expected: the reason says what ended it (a panic,
-    /// or `waitpid` failing).
+    /// root's exit cannot be seen. Not expected: the reason says what ended it.
     #[error(
         "memtrack's ptrace follower thread ended unexpectedly ({reason}): the tracked \
          processes are no longer followed"
     )]
     FollowerEnded {
-        /// Why it ended, e.g. "it panicked" or the `waitpid` error.
-        reason: String,
-    },
-
-    /// The results directory is not one memtrack writes into (a symbolic link, not a
-    /// directory, no parent, ...).
-    #[error("results directory {}: {reason}", .dir.display())]
-    OutputDirRefused {
-        /// The directory (or the file in it) concerned.
-        dir: PathBuf,
-        /// Why, for humans.
-        reason: String,
-    },
-
-    /// A directory below the one searched for results was not searched
-    /// ([`MemtrackResult::scan_tree`](crate::MemtrackResult::scan_tree)).
-    #[error("searching {} for results: {reason}", .dir.display())]
-    ResultTree {
-        /// The directory not searched.
-        dir: PathBuf,
-        /// Why, for humans.
-        reason: String,
+        /// Why it ended.
+        reason: FollowerEnd,
     },
 
     /// Every slot for tracked processes is taken.
@@ -295,9 +234,8 @@ pub enum Error {
     /// The kernel maps memtrack makes (when it starts, and the preallocated live-block
     /// entries a tracker of other processes reserves later) do not fit in what the
     /// limit of its memory cgroup (or of an ancestor) leaves. Checked before any is
-    /// made: a
-    /// map filling the cgroup to its limit makes the cgroup's OOM killer kill a process
-    /// in it, usually memtrack.
+    /// made: a map filling the cgroup to its limit makes the cgroup's OOM killer kill a
+    /// process in it, usually memtrack.
     #[error(
         "the kernel maps for {blocks} live blocks ({preallocated} of them preallocated) \
          need about {} MiB of kernel memory, reserved when memtrack starts or once its \
@@ -321,7 +259,7 @@ pub enum Error {
         /// the unwind rows with stacks on).
         kernel_bytes: u64,
         /// The directory of the cgroup whose limit is the tightest.
-        cgroup: std::path::PathBuf,
+        cgroup: PathBuf,
         /// Its limit, in bytes.
         limit_bytes: u64,
         /// What it leaves, in bytes: the limit less the usage other than file cache.
@@ -338,11 +276,93 @@ pub enum Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            source,
+/// Paths joined with ", " for a message.
+fn paths(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
+/// The capabilities a process lacks for loading eBPF programs and attaching uprobes
+/// (it has neither CAP_SYS_ADMIN nor the two below).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// CAP_BPF is missing.
+    pub bpf: bool,
+    /// CAP_PERFMON is missing.
+    pub perfmon: bool,
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.bpf, self.perfmon) {
+            (true, true) => f.write_str("CAP_BPF and CAP_PERFMON"),
+            (true, false) => f.write_str("CAP_BPF"),
+            (false, true) => f.write_str("CAP_PERFMON"),
+            (false, false) => f.write_str("no capability"),
         }
     }
+}
+
+/// What the kernel lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelLacks {
+    /// Its BTF (the loader hook reads `task_struct` offsets from it).
+    #[error(
+        "no BTF at /sys/kernel/btf/vmlinux (a kernel built with CONFIG_DEBUG_INFO_BTF is \
+         needed)"
+    )]
+    Btf,
+    /// The uprobe PMU.
+    #[error(
+        "no uprobe PMU at /sys/bus/event_source/devices/uprobe (a kernel built with \
+         CONFIG_UPROBE_EVENTS is needed)"
+    )]
+    Uprobes,
+}
+
+/// Why a command could not be started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnFailure {
+    /// An argument, the program's path, the directory or the environment holds a NUL
+    /// byte, which no C string can carry.
+    #[error("{0} contains a NUL byte")]
+    NulByte(&'static str),
+    /// More file descriptors to hand over than memtrack passes.
+    #[error("at most {0} file descriptors can be handed over")]
+    TooManyFds(usize),
+    /// A system call of the start-up failed (a pipe, the fork).
+    #[error("{what}: {source}")]
+    Os {
+        /// Which call.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: nix::Error,
+    },
+    /// `execve` (or what the child does before it: the directory, the user) failed.
+    #[error("{0}")]
+    Exec(#[source] nix::Error),
+    /// The child exited before its exec, saying nothing.
+    #[error("it exited before exec")]
+    ExitedBeforeExec,
+}
+
+/// Why the follower thread ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FollowerEnd {
+    /// It panicked.
+    #[error("it panicked")]
+    Panicked,
+    /// It panicked while starting to follow the process.
+    #[error("it panicked while starting to follow the process")]
+    PanickedStarting,
+    /// `waitpid` failed.
+    #[error("waitpid: {0}")]
+    Wait(#[source] nix::Error),
+    /// The tracker stopped following (it was closed).
+    #[error("the tracker stopped following")]
+    Stopped,
 }

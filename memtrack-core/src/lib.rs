@@ -30,6 +30,8 @@
 //! `memtrack run`: [`TrackedProcess`] (a process, with its [`BenchmarkStats`] and
 //! [`ImageStats`]), [`Stats`] (counters); [`MemtrackResult`] (one file) and
 //! [`RunResults`] (a run) are versioned envelopes around them ([`SCHEMA_VERSION`]).
+//! They are the crate `memtrack-record`'s ([`record`]), re-exported here: a tool that
+//! only reads results depends on that crate alone (no eBPF, no privileges).
 //!
 //! [`stacks`] is the data model of allocation call stacks, which the kernel records per
 //! stack with [`TrackerBuilder::stacks`] (read by [`Tracker::stacks`] and
@@ -38,54 +40,37 @@
 
 #![warn(missing_docs)]
 
-mod bounded_read;
-mod bpf_object;
-mod detach;
-mod ebpf_map;
+mod builder;
+mod engine;
 mod error;
 mod follow;
-mod hold;
-mod kernel_stacks;
-mod ld_hook;
-mod live_growth;
-mod live_sizing;
-mod live_slots;
-mod loader;
-mod memory_cgroup;
-mod output_dir;
-mod perf_uprobe;
 mod privileges;
-mod process;
-mod process_slots;
 mod process_tracker;
-mod result_tree;
-mod results;
 mod shared;
-mod spawn;
-pub mod stacks;
-mod stacks_merge;
-mod stats;
 pub mod testing;
 mod tracker;
-mod unwind_chain;
-mod uprobe_multi;
-mod uprobe_programs;
 
-pub use bounded_read::MAX_RESULT_FILE_BYTES;
-pub use detach::hand_off_links_at_exit;
-pub use error::{Error, Result};
-pub use live_growth::{GROW_AT_LIVE_BLOCKS, LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
-pub use live_sizing::{LiveMapBytes, MAX_LIVE_BLOCKS, live_map_bytes};
-pub use output_dir::{DIR_MODE, FILE_MODE, OutputDir};
-pub use privileges::{can_track, sudo_invoker};
-pub use process::{AllocatorStatus, BenchmarkStats, ImageStats, TrackedProcess, monotonic_ns};
-pub use process_tracker::{ProcessTracker, TrackerControl};
-pub use result_tree::{MAX_TREE_DEPTH, ResultDir, ResultTree};
-pub use results::{
-    MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION, is_result_file_name,
+/// The record: counters, processes, stacks, result files (crate `memtrack-record`).
+pub use memtrack_record as record;
+pub use memtrack_record::{
+    AllocatorStatus, BenchmarkStats, DIR_MODE, FILE_MODE, FunctionStats, ImageStats,
+    MAX_RESULT_FILE_BYTES, MAX_STACKS_FILE_BYTES, MAX_TREE_DEPTH, MemtrackResult, OutputDir,
+    ProbeInfo, RESULT_FILE_SUFFIX, ResultDir, ResultScan, ResultTree, RunResults, SCHEMA_VERSION,
+    SizeBucket, Stats, SyscallStats, TrackedProcess, is_result_file_name, stacks,
 };
+
+pub use builder::TrackerBuilder;
+pub use engine::detach::hand_off_links_at_exit;
+pub use engine::live::growth::{GROW_AT_LIVE_BLOCKS, LIVE_BLOCKS_AT_LOAD, LaterLiveBlocks};
+pub use engine::live::sizing::{LiveMapBytes, MAX_LIVE_BLOCKS, live_map_bytes};
+pub use engine::{ProbePlacement, UprobeLinks};
+pub use error::{
+    Capabilities, Error, FollowerEnd, KernelLacks, LoadError, ProgramError, Result, SpawnFailure,
+};
+pub use follow::registry::monotonic_ns;
+pub use follow::spawn::CommandSpec;
+pub use memtrack_common::{DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS};
+pub use privileges::{can_track, sudo_invoker};
+pub use process_tracker::{ProcessTracker, TrackerControl};
 pub use shared::ExitStatus;
-pub use spawn::CommandSpec;
-pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
-pub use tracker::{Scope, Tracker, TrackerBuilder};
-pub use uprobe_programs::{ProbeInfo, ProbePlacement, UprobeLinks};
+pub use tracker::{Scope, Tracker};

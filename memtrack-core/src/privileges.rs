@@ -2,7 +2,7 @@
 //! attach uprobes, so a user without privileges gets one clear message instead of an
 //! `EPERM` from deep inside the loader.
 
-use crate::error::{Error, Result};
+use crate::error::{Capabilities, Error, KernelLacks, Result};
 
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -19,20 +19,17 @@ fn has(caps: u64, cap: u32) -> bool {
     caps & (1u64 << cap) != 0
 }
 
-/// The capabilities (by name) this process lacks for loading and attaching, given its
-/// effective set: empty when it has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON.
-pub(crate) fn missing_for_ebpf(caps: u64) -> Vec<&'static str> {
+/// The capabilities this process lacks for loading and attaching, given its effective
+/// set: none when it has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON.
+pub(crate) fn missing_for_ebpf(caps: u64) -> Option<Capabilities> {
     if has(caps, CAP_SYS_ADMIN) {
-        return Vec::new();
+        return None;
     }
-    let mut missing = Vec::new();
-    if !has(caps, CAP_BPF) {
-        missing.push("CAP_BPF");
-    }
-    if !has(caps, CAP_PERFMON) {
-        missing.push("CAP_PERFMON");
-    }
-    missing
+    let missing = Capabilities {
+        bpf: !has(caps, CAP_BPF),
+        perfmon: !has(caps, CAP_PERFMON),
+    };
+    (missing.bpf || missing.perfmon).then_some(missing)
 }
 
 /// The user who started this process through `sudo` (`SUDO_UID`, `SUDO_GID`), when it
@@ -52,7 +49,7 @@ pub fn sudo_invoker() -> Option<(u32, u32)> {
 /// as root, or has CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON. (When the status
 /// file is unreadable, assumes it can and lets the kernel decide.)
 pub fn can_track() -> bool {
-    effective_capabilities().is_none_or(|caps| missing_for_ebpf(caps).is_empty())
+    effective_capabilities().is_none_or(|caps| missing_for_ebpf(caps).is_none())
 }
 
 /// Fails with [`Error::MissingCapabilities`] unless this process can load and attach.
@@ -61,13 +58,9 @@ pub(crate) fn check() -> Result<()> {
     let Some(caps) = effective_capabilities() else {
         return Ok(());
     };
-    let missing = missing_for_ebpf(caps);
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::MissingCapabilities {
-            missing: missing.join(" and "),
-        })
+    match missing_for_ebpf(caps) {
+        None => Ok(()),
+        Some(missing) => Err(Error::MissingCapabilities { missing }),
     }
 }
 
@@ -75,17 +68,10 @@ pub(crate) fn check() -> Result<()> {
 /// what memtrack needs.
 pub(crate) fn check_kernel() -> Result<()> {
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err(Error::Unsupported(
-            "no BTF at /sys/kernel/btf/vmlinux (a kernel built with CONFIG_DEBUG_INFO_BTF is needed)"
-                .into(),
-        ));
+        return Err(Error::Unsupported(KernelLacks::Btf));
     }
     if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        return Err(Error::Unsupported(
-            "no uprobe PMU at /sys/bus/event_source/devices/uprobe (a kernel built with \
-             CONFIG_UPROBE_EVENTS is needed)"
-                .into(),
-        ));
+        return Err(Error::Unsupported(KernelLacks::Uprobes));
     }
     Ok(())
 }
@@ -96,21 +82,22 @@ mod tests {
 
     #[test]
     fn root_needs_nothing() {
-        assert!(missing_for_ebpf(1 << CAP_SYS_ADMIN).is_empty());
-        assert!(missing_for_ebpf((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
+        assert_eq!(missing_for_ebpf(1 << CAP_SYS_ADMIN), None);
+        assert_eq!(missing_for_ebpf((1 << CAP_BPF) | (1 << CAP_PERFMON)), None);
     }
 
     #[test]
     fn names_what_is_missing() {
-        assert_eq!(missing_for_ebpf(0), vec!["CAP_BPF", "CAP_PERFMON"]);
-        assert_eq!(missing_for_ebpf(1 << CAP_BPF), vec!["CAP_PERFMON"]);
-        assert_eq!(missing_for_ebpf(1 << CAP_PERFMON), vec!["CAP_BPF"]);
+        let names = |caps| missing_for_ebpf(caps).map(|m| m.to_string());
+        assert_eq!(names(0).as_deref(), Some("CAP_BPF and CAP_PERFMON"));
+        assert_eq!(names(1 << CAP_BPF).as_deref(), Some("CAP_PERFMON"));
+        assert_eq!(names(1 << CAP_PERFMON).as_deref(), Some("CAP_BPF"));
     }
 
     #[test]
     fn the_message_names_only_what_is_missing() {
         let one = Error::MissingCapabilities {
-            missing: missing_for_ebpf(1 << CAP_PERFMON).join(" and "),
+            missing: missing_for_ebpf(1 << CAP_PERFMON).unwrap(),
         }
         .to_string();
         assert!(one.starts_with("memtrack needs CAP_BPF to load"), "{one}");

@@ -7,12 +7,10 @@ use std::sync::Arc;
 use memtrack_common::TrackState;
 
 use crate::{
+    ProbeInfo, Stats, TrackedProcess,
     error::Result,
     follow::{Follower, Starting},
-    process::TrackedProcess,
     shared::{ExitStatus, Shared},
-    stats::Stats,
-    uprobe_programs::ProbeInfo,
 };
 
 /// Counts the heap allocations of a process tree: a command started by

@@ -14,12 +14,13 @@ use memtrack_common::{PidStats, TrackState};
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
-    error::{Error, Result},
-    live_growth::{self, LiveMore},
-    loader::Engine,
-    process::{ProcessRecord, Registry, TrackedProcess},
-    stats::Stats,
-    uprobe_programs::ProbeInfo,
+    ProbeInfo, Stats, TrackedProcess,
+    engine::{
+        Engine,
+        live::growth::{self as live_growth, LiveMore},
+    },
+    error::{Error, FollowerEnd, Result},
+    follow::registry::{ProcessRecord, Registry},
 };
 
 /// How a process's exit was reported.
@@ -64,7 +65,7 @@ enum RootEnd {
     /// It exited.
     Exited(ExitStatus),
     /// The follower ended first, for this reason: no exit will be seen.
-    Unfollowed(String),
+    Unfollowed(FollowerEnd),
 }
 
 impl Shared {
@@ -230,7 +231,7 @@ impl Shared {
 
     /// The follower thread ended (for `reason`): if the root was still running, a
     /// waiter learns that its exit will not be seen.
-    pub(crate) fn follower_ended(&self, reason: String) {
+    pub(crate) fn follower_ended(&self, reason: FollowerEnd) {
         drop(self.exits.lock().take());
         let mut end = self.root_end.lock();
         if matches!(*end, RootEnd::Running) {
@@ -247,9 +248,7 @@ impl Shared {
                 RootEnd::Running => self.root_end_cv.wait(&mut end),
                 RootEnd::Exited(status) => return Ok(*status),
                 RootEnd::Unfollowed(reason) => {
-                    return Err(Error::FollowerEnded {
-                        reason: reason.clone(),
-                    });
+                    return Err(Error::FollowerEnded { reason: *reason });
                 }
             }
         }

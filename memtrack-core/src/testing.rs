@@ -22,10 +22,8 @@
 //! other threads of the same test binary (cargo runs them in parallel) are never counted,
 //! and several counts can run at once. **Threads the closure spawns are not counted.**
 //! Making that tracker (loading, probing the process's allocator) is most of what a
-//! count costs: measured here (2 shared CPUs), 55-115 ms per count in a release build and
-//! about 250 ms in a debug one, eight counts on eight threads at once 0.5 s (release) and
-//! 1.8 s (debug); dropping it returns at once (the probes are detached in the
-//! background). While N counts run at once, each allocation call of the process runs N
+//! count costs (tens of milliseconds; docs/ARCHITECTURE.md "Several trackers in one
+//! process"); dropping it returns at once (the probes are detached in the background). While N counts run at once, each allocation call of the process runs N
 //! probe programs.
 //!
 //! Without CAP_BPF and CAP_PERFMON (or root), a count says on stderr
@@ -37,10 +35,7 @@
 
 use std::io::Write;
 
-use crate::{
-    stats::Stats,
-    tracker::{Scope, Tracker, TrackerBuilder},
-};
+use crate::{Scope, Stats, Tracker, TrackerBuilder};
 
 /// The environment variable that turns a skip for lack of privileges into a failure:
 /// `MEMTRACK_REQUIRE_PRIVILEGED=1`.

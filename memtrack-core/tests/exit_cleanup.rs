@@ -7,35 +7,28 @@
 
 use std::process::Command;
 
-use memtrack_test_support::require_privileges;
-
 const HELPER_ENV: &str = "MEMTRACK_EXIT_CLEANUP_HELPER";
 /// Helper runs; run `i` exits `i` x 0.5 ms after dropping its tracker.
 const RUNS: usize = 16;
 
-/// Only does something when run by the test below.
-#[test]
-#[ignore = "a helper, run by exiting_right_after_drop_leaks_no_uprobe"]
-fn helper_drop_then_exit() {
-    if std::env::var_os(HELPER_ENV).is_none() {
-        return;
-    }
+/// What the test below runs this binary again for: tracks itself, drops the tracker
+/// and exits `delay_us` microseconds later.
+fn drop_then_exit(delay_us: u64) -> ! {
     let mut tracker = memtrack::Tracker::new().expect("tracker");
     tracker.start().expect("start");
     std::hint::black_box(vec![0u8; 100]);
     tracker.stop().expect("stop");
     drop(tracker);
     // The exit comes at a different moment of the background detaching in each run.
-    let delay_us: u64 = std::env::var(HELPER_ENV).unwrap().parse().unwrap_or(0);
     std::thread::sleep(std::time::Duration::from_micros(delay_us));
     std::process::exit(0);
 }
 
-/// Runs this test binary's ignored test `test` alone, with `value` in environment
-/// variable `env`; its exit status.
+/// Runs this test binary's test `test` alone, with `value` in environment variable
+/// `env` (the test then plays the role `value` names); its exit status.
 fn run_helper(test: &str, env: &str, value: &str) -> std::process::ExitStatus {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--test-threads", "1"])
+        .args(["--exact", test, "--include-ignored", "--test-threads", "1"])
         .env(env, value)
         .status()
         .unwrap_or_else(|e| panic!("run the helper {test}: {e}"))
@@ -57,9 +50,10 @@ fn leaked_uprobe_lines() -> Option<usize> {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn exiting_right_after_drop_leaks_no_uprobe() {
-    if !require_privileges("exiting_right_after_drop_leaks_no_uprobe") {
-        return;
+    if let Ok(delay) = std::env::var(HELPER_ENV) {
+        drop_then_exit(delay.parse().expect("a delay in microseconds"));
     }
     let Some(before) = leaked_uprobe_lines() else {
         panic!("cannot read the kernel log with dmesg (as root it should be readable)");
@@ -68,7 +62,7 @@ fn exiting_right_after_drop_leaks_no_uprobe() {
     // waits): several runs make hitting it likely if the exit does not wait.
     for run in 0..RUNS {
         let status = run_helper(
-            "helper_drop_then_exit",
+            "exiting_right_after_drop_leaks_no_uprobe",
             HELPER_ENV,
             &(run * 500).to_string(),
         );
@@ -84,17 +78,14 @@ fn exiting_right_after_drop_leaks_no_uprobe() {
 }
 
 const HAND_OFF_ENV: &str = "MEMTRACK_EXIT_HAND_OFF_HELPER";
+/// The test whose roles the hand-off runs.
+const HAND_OFF_TEST: &str = "handing_links_off_at_exit_leaks_no_uprobe";
 
-/// Only does something when run by `handing_links_off_at_exit_leaks_no_uprobe`'s
+/// The `tracked` role of `handing_links_off_at_exit_leaks_no_uprobe`, run by its
 /// supervisor: tracks itself with links handed off at exit, drops the tracker and
 /// exits at once (well within the 200 ms the dropped links linger), so they go to an
 /// exit helper.
-#[test]
-#[ignore = "a helper, run by handing_links_off_at_exit_leaks_no_uprobe"]
-fn helper_hand_off_then_exit() {
-    if std::env::var_os(HAND_OFF_ENV).is_none_or(|v| v != "tracked") {
-        return;
-    }
+fn hand_off_then_exit() -> ! {
     memtrack::hand_off_links_at_exit();
     let mut tracker = memtrack::Tracker::new().expect("tracker");
     tracker.start().expect("start");
@@ -104,16 +95,11 @@ fn helper_hand_off_then_exit() {
     std::process::exit(0);
 }
 
-/// Only does something when run by `handing_links_off_at_exit_leaks_no_uprobe`: a
-/// child subreaper (so the exit helper of its child becomes its own child when that
-/// child exits) that runs `helper_hand_off_then_exit`, then reaps every process left,
-/// and checks that exactly one was: the exit helper holding the links.
-#[test]
-#[ignore = "a helper, run by handing_links_off_at_exit_leaks_no_uprobe"]
-fn helper_hand_off_supervisor() {
-    if std::env::var_os(HAND_OFF_ENV).is_none_or(|v| v != "supervisor") {
-        return;
-    }
+/// The `supervisor` role of `handing_links_off_at_exit_leaks_no_uprobe`: a child
+/// subreaper (so the exit helper of its child becomes its own child when that child
+/// exits) that runs the `tracked` role, then reaps every process left, and checks that
+/// exactly one was: the exit helper holding the links.
+fn hand_off_supervisor() {
     // SAFETY: a plain prctl on this process.
     let set = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     assert_eq!(
@@ -122,7 +108,7 @@ fn helper_hand_off_supervisor() {
         "PR_SET_CHILD_SUBREAPER: {}",
         std::io::Error::last_os_error()
     );
-    let status = run_helper("helper_hand_off_then_exit", HAND_OFF_ENV, "tracked");
+    let status = run_helper(HAND_OFF_TEST, HAND_OFF_ENV, "tracked");
     assert!(status.success(), "the tracked helper failed: {status}");
     let mut reaped = Vec::new();
     loop {
@@ -152,14 +138,17 @@ fn helper_hand_off_supervisor() {
 /// without closing the links it still holds: one exit helper is left holding them, and
 /// the kernel unregisters the uprobes fully when it exits (no "leaking uprobe").
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn handing_links_off_at_exit_leaks_no_uprobe() {
-    if !require_privileges("handing_links_off_at_exit_leaks_no_uprobe") {
-        return;
+    match std::env::var(HAND_OFF_ENV).as_deref() {
+        Ok("tracked") => hand_off_then_exit(),
+        Ok("supervisor") => return hand_off_supervisor(),
+        _ => {}
     }
     let Some(before) = leaked_uprobe_lines() else {
         panic!("cannot read the kernel log with dmesg (as root it should be readable)");
     };
-    let status = run_helper("helper_hand_off_supervisor", HAND_OFF_ENV, "supervisor");
+    let status = run_helper(HAND_OFF_TEST, HAND_OFF_ENV, "supervisor");
     assert!(status.success(), "the supervisor failed: {status}");
     // The supervisor reaped the exit helper: the links are closed by now.
     let after = leaked_uprobe_lines().unwrap();
@@ -175,10 +164,8 @@ fn handing_links_off_at_exit_leaks_no_uprobe() {
 /// the closing thread, but not the thread: its `exit` must not wait (the handler would
 /// otherwise give up only after a minute).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_forked_child_exits_without_waiting() {
-    if !require_privileges("a_forked_child_exits_without_waiting") {
-        return;
-    }
     drop(memtrack::Tracker::new().expect("tracker"));
     let started = std::time::Instant::now();
     // SAFETY: the child only calls exit(3), which runs the atexit handlers under test.

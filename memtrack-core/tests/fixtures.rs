@@ -9,13 +9,10 @@
 use std::{io::Read, os::fd::AsRawFd};
 
 use memtrack::{CommandSpec, ProbePlacement, ProcessTracker, Stats, Tracker, UprobeLinks};
-use memtrack_test_support::{check_single_fixture, diff, expected, fixture, require_privileges};
+use memtrack_test_support::{check_single_fixture, diff, expected, fixture};
 
 /// Runs a single-process fixture from exec to exit and checks it.
 fn check_single(name: &str, placement: ProbePlacement, links: UprobeLinks) {
-    if !require_privileges(name) {
-        return;
-    }
     check_single_fixture(
         Tracker::builder()
             .probe_placement(placement)
@@ -31,6 +28,7 @@ macro_rules! exact {
         mod cheapest {
             use memtrack::{ProbePlacement, UprobeLinks};
             $(#[test]
+            #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
             fn $name() {
                 super::check_single($fixture, ProbePlacement::Cheapest, UprobeLinks::Auto);
             })*
@@ -38,6 +36,7 @@ macro_rules! exact {
         mod function_entry {
             use memtrack::{ProbePlacement, UprobeLinks};
             $(#[test]
+            #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
             fn $name() {
                 super::check_single($fixture, ProbePlacement::FunctionEntry, UprobeLinks::Auto);
             })*
@@ -45,6 +44,7 @@ macro_rules! exact {
         mod perf_links {
             use memtrack::{ProbePlacement, UprobeLinks};
             $(#[test]
+            #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
             fn $name() {
                 super::check_single($fixture, ProbePlacement::Cheapest, UprobeLinks::PerfEvent);
             })*
@@ -82,10 +82,8 @@ fn syscalls_of(stats: &Stats) -> serde_json::Map<String, serde_json::Value> {
 /// counter moves, and every syscall counter holds at least the fixture's own calls
 /// (ld.so's start-up mappings come on top). A tracker counting nothing fails.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn mmap_brk_from_exec_heap_zero_syscalls_at_least_its_own() {
-    if !require_privileges("mmap_brk_from_exec_heap_zero_syscalls_at_least_its_own") {
-        return;
-    }
     let spec = &expected()["fixtures"]["mmap_brk"]["without_protocol"]["processes"]["main"];
     let at_least = spec["syscalls_at_least"].as_object().unwrap();
     for (placement, links) in [
@@ -125,10 +123,8 @@ fn mmap_brk_from_exec_heap_zero_syscalls_at_least_its_own() {
 /// and brk calls (lengths in bytes, the break's growth and shrinkage), and no heap
 /// counter moves.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn mmap_brk_from_go_exact_syscalls_heap_zero() {
-    if !require_privileges("mmap_brk_from_go_exact_syscalls_heap_zero") {
-        return;
-    }
     let stats = run_protocol(
         |ready_w, go_r| {
             let spec = CommandSpec::new(fixture("mmap_brk"))
@@ -152,10 +148,8 @@ fn mmap_brk_from_go_exact_syscalls_heap_zero() {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn fork_parent_and_child_each_exact() {
-    if !require_privileges("fork") {
-        return;
-    }
     let tracker = Tracker::builder()
         .spawn(CommandSpec::new(fixture("fork")))
         .unwrap();
@@ -213,10 +207,8 @@ fn prestart_protocol<L>(
 
 /// A block allocated before tracking starts and freed after: an unmatched free.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn prestart_free_is_unmatched() {
-    if !require_privileges("prestart_free") {
-        return;
-    }
     prestart_protocol(
         |ready_w, go_r| {
             let spec = CommandSpec::new(fixture("prestart_free"))
@@ -233,10 +225,8 @@ fn prestart_free_is_unmatched() {
 
 /// The same fixture with nothing held back: the whole run is tracked.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn prestart_free_without_protocol() {
-    if !require_privileges("prestart_free_without_protocol") {
-        return;
-    }
     let tracker = Tracker::builder()
         .spawn(CommandSpec::new(fixture("prestart_free")))
         .unwrap();
@@ -253,10 +243,8 @@ fn prestart_free_without_protocol() {
 /// tracking starts at the protocol's "go". (The tracker reaps its own process's child:
 /// the `Child` is not waited for.)
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn attach_to_a_running_process() {
-    if !require_privileges("attach_pid") {
-        return;
-    }
     use std::os::unix::process::CommandExt;
     prestart_protocol(
         |ready_w, go_r| {
@@ -283,17 +271,12 @@ fn attach_to_a_running_process() {
     );
 }
 
-/// [`require_privileges`], and root itself (chroot and mount need it): otherwise says
-/// so and returns false.
-fn root_and_privileges(test: &str) -> bool {
-    if !require_privileges(test) {
-        return false;
-    }
-    if !memtrack_test_support::is_root() {
-        eprintln!("SKIPPED {test}: chroot and mount need root");
-        return false;
-    }
-    true
+/// Fails unless this test runs as root (chroot and mount need it).
+fn need_root() {
+    assert!(
+        memtrack_test_support::is_root(),
+        "chroot and mount need root"
+    );
 }
 
 /// Copies the libraries `exe` loads (by the paths `ldd` gives) below `root`.
@@ -355,10 +338,9 @@ fn check_final_image(tracker: &ProcessTracker, exe: &str, name: &str) -> memtrac
 /// (other files than the host's at the same relative paths), so probing the host's
 /// would count nothing.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_chrooted_process_is_probed_in_its_own_root() {
-    if !root_and_privileges("a_chrooted_process_is_probed_in_its_own_root") {
-        return;
-    }
+    need_root();
     let name = "malloc_free";
     let root = tempfile::tempdir().unwrap();
     std::fs::copy(fixture(name), root.path().join(name)).unwrap();
@@ -375,10 +357,9 @@ fn a_chrooted_process_is_probed_in_its_own_root() {
 /// different file than here (a copy bind-mounted over it): its maps show paths of its
 /// namespace, so memtrack reads and probes the file through `/proc/PID/root`.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_process_in_another_mount_namespace_is_probed_there() {
-    if !root_and_privileges("a_process_in_another_mount_namespace_is_probed_there") {
-        return;
-    }
+    need_root();
     let name = "malloc_free";
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(name);
@@ -415,11 +396,9 @@ fn a_process_in_another_mount_namespace_is_probed_there() {
 /// (LD_LIBRARY_PATH) must be probed in that copy, counted exactly once per call, and the
 /// unused guess never reported as a probe.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_program_loading_another_copy_of_libc_is_probed_in_the_copy_alone() {
-    let test = "a_program_loading_another_copy_of_libc_is_probed_in_the_copy_alone";
-    if !root_and_privileges(test) {
-        return;
-    }
+    need_root();
     let name = "malloc_free";
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(name);

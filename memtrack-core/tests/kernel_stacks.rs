@@ -9,7 +9,7 @@ use memtrack::{
     CommandSpec, OutputDir, ProcessTracker, Scope, Tracker, TrackerBuilder, UprobeLinks,
     stacks::{ProcessStacks, StackCounts, StackEnd, stacks_file_name},
 };
-use memtrack_test_support::{repo_dir, require_privileges};
+use memtrack_test_support::repo_dir;
 use object::{Object, ObjectSymbol};
 
 /// Builds call_tree.c as the stacks fixtures are built.
@@ -118,10 +118,8 @@ fn named(stacks: &ProcessStacks, exe: &Path) -> Vec<(Vec<String>, StackEnd, Stac
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn call_tree_stacks_and_counts_are_exact() {
-    if !require_privileges("call_tree_stacks_and_counts_are_exact") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
     let (tracker, stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
@@ -209,10 +207,8 @@ fn call_tree_stacks_and_counts_are_exact() {
 /// in its old block's lifetime (tests/stacks/lifetimes.c says which is which). The
 /// scope's clock and its peak's time on it are exact too.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn total_lifetimes_are_the_bytes_allocated_while_each_block_lived() {
-    if !require_privileges("total_lifetimes_are_the_bytes_allocated_while_each_block_lived") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "lifetimes");
     let (tracker, stacks) = run_with_stacks(&exe, &[], 64, UprobeLinks::default());
@@ -277,10 +273,8 @@ fn total_lifetimes_are_the_bytes_allocated_while_each_block_lived() {
 /// limit, cut at exactly the limit beyond it, never lost. Each case: (depth limit,
 /// levels of recursion, end, descend frames).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
-    if !require_privileges("deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "deep");
     let cases = [
@@ -331,10 +325,8 @@ fn deep_stacks_are_walked_by_the_tail_call_chain_with_either_link_kind() {
 /// limit of 20: 30 levels are cut at 20 descend frames; 5 levels are 6 descend frames
 /// and the 4 start-up frames, whole; 15 levels are exactly 20 frames, whole.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn stacks_of_different_lengths_in_turn_keep_their_own_ids() {
-    if !require_privileges("stacks_of_different_lengths_in_turn_keep_their_own_ids") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "deep");
     let (tracker, stacks) = run_with_stacks(&exe, &["30", "5", "15"], 20, UprobeLinks::default());
@@ -390,10 +382,8 @@ fn stacks_of_different_lengths_in_turn_keep_their_own_ids() {
 
 /// Stacks off (the default): no stacks are kept.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn stacks_are_off_by_default() {
-    if !require_privileges("stacks_are_off_by_default") {
-        return;
-    }
     let tracker = Tracker::builder()
         .spawn(CommandSpec::new("/bin/true"))
         .unwrap();
@@ -405,10 +395,8 @@ fn stacks_are_off_by_default() {
 /// is what `Tracker::stacks` reads, and it adds up to the counters (one block of 1,000
 /// bytes, freed).
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn in_process_tracker_writes_its_stacks_file() {
-    if !require_privileges("in_process_tracker_writes_its_stacks_file") {
-        return;
-    }
     let mut tracker = Tracker::builder().stacks(64).build(Scope::Thread).unwrap();
     tracker.start().unwrap();
     let v: Vec<u8> = Vec::with_capacity(std::hint::black_box(1000));
@@ -453,10 +441,8 @@ fn in_process_tracker_writes_its_stacks_file() {
 /// and with the bytes raised by a compare-and-swap, 6 to 11 runs in 300 still had 7
 /// blocks beside 192 bytes.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn the_most_bytes_live_on_a_stack_are_kept_when_threads_race() {
-    if !require_privileges("the_most_bytes_live_on_a_stack_are_kept_when_threads_race") {
-        return;
-    }
     const THREADS: u64 = 2;
     const ROUNDS: usize = 40;
     const PER: u64 = 4;
@@ -499,10 +485,8 @@ fn the_most_bytes_live_on_a_stack_are_kept_when_threads_race() {
 /// differ each time; a word out of reach is not remembered) and the repeated ones
 /// reused.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn the_cache_of_walks_tells_alike_stacks_apart_and_reuses_repeated_ones() {
-    if !require_privileges("the_cache_of_walks_tells_alike_stacks_apart_and_reuses_repeated_ones") {
-        return;
-    }
     const ROUNDS: u64 = 1000;
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "twins");

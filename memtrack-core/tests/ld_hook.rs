@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use memtrack::{CommandSpec, Stats, Tracker, UprobeLinks};
-use memtrack_test_support::require_privileges;
 
 /// tests/programs/ld_hook_signals, built once for this test binary.
 fn program() -> PathBuf {
@@ -37,10 +36,8 @@ fn mallocx_calls(stats: &Stats) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn the_hook_stops_with_the_first_unblocked_signal_and_delivers_the_programs_own() {
-    if !require_privileges("the_hook_stops_with_the_first_unblocked_signal") {
-        return;
-    }
     // SIGURG, then SIGWINCH, then SIGCHLD stop the thread at the dlopen: jemalloc's
     // mallocx is probed before its first call.
     for links in [UprobeLinks::Auto, UprobeLinks::PerfEvent] {
@@ -56,10 +53,8 @@ fn the_hook_stops_with_the_first_unblocked_signal_and_delivers_the_programs_own(
 }
 
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_thread_blocking_every_hook_signal_shows_lost_events() {
-    if !require_privileges("a_thread_blocking_every_hook_signal_shows_lost_events") {
-        return;
-    }
     for links in [UprobeLinks::Auto, UprobeLinks::PerfEvent] {
         let stats = run("urg,winch,chld", links);
         // The dlopen's two loader hook hits (objects added, then consistent) found

@@ -11,7 +11,6 @@
 use aya::maps::{Array, Map, MapData};
 use memtrack::{Scope, Stats, Tracker};
 use memtrack_common::{LiveSlot, live_slot, map_names};
-use memtrack_test_support::require_privileges;
 
 /// A tracker of this thread whose blocks may go into the slots (the default capacity
 /// is twice the preallocated entries).
@@ -77,10 +76,8 @@ fn blocks_sharing_slots(
 /// goes to the live maps; both release exactly, whichever is released first, and so do
 /// all the others.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn blocks_sharing_a_slot_release_exactly() {
-    if !require_privileges("blocks_sharing_a_slot_release_exactly") {
-        return;
-    }
     let mut tracker = slot_tracker();
     let mut blocks = Vec::with_capacity(60_000);
     let mut owner = vec![u32::MAX; live_slot::LEN as usize];
@@ -146,10 +143,8 @@ fn holds(array: &Array<MapData, LiveSlot>, p: *mut libc::c_void) -> bool {
 /// the hash maps), and its release leaves the slot. The other tests here count exactly
 /// whichever way a block goes; this one fails if blocks stopped going into slots.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_block_whose_slot_is_free_is_held_in_it() {
-    if !require_privileges("a_block_whose_slot_is_free_is_held_in_it") {
-        return;
-    }
     const BLOCKS: usize = 16;
     let mut tracker = slot_tracker();
     let arrays = slot_arrays();
@@ -201,10 +196,8 @@ fn a_block_whose_slot_is_free_is_held_in_it() {
 /// those in the maps: their later releases are unmatched, like blocks allocated before
 /// tracking; blocks allocated after it count exactly, at the same addresses too.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_reset_forgets_slot_held_blocks() {
-    if !require_privileges("a_reset_forgets_slot_held_blocks") {
-        return;
-    }
     const BEFORE: usize = 3_000;
     let mut tracker = slot_tracker();
     let mut blocks = Vec::with_capacity(BEFORE);
@@ -280,10 +273,8 @@ fn run_slot_threads(args: &[&str]) -> (Stats, Printed) {
 /// ways, then new blocks at the released addresses: every counter exact, nothing
 /// unmatched or lost.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn blocks_released_on_another_thread_count_exactly() {
-    if !require_privileges("blocks_released_on_another_thread_count_exactly") {
-        return;
-    }
     let (stats, p) = run_slot_threads(&["threads", "2000"]);
     assert_eq!((p.allocs, p.frees), (2 * 2000 + 200, 2 * 2000 + 200));
     assert_eq!(
@@ -297,10 +288,8 @@ fn blocks_released_on_another_thread_count_exactly() {
 /// (right after the first) or emptied (after a call about another block), and no entry
 /// in the maps: unmatched, as before the slots.
 #[test]
+#[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn a_double_free_of_a_slot_held_block_is_unmatched() {
-    if !require_privileges("a_double_free_of_a_slot_held_block_is_unmatched") {
-        return;
-    }
     let (stats, p) = run_slot_threads(&["double"]);
     assert_eq!((p.allocs, p.frees, p.unmatched), (3, 3, 2));
     assert_eq!(

@@ -261,32 +261,7 @@ impl AllocFn {
     /// The name the function is reported under (`operator new` for every variant of
     /// `operator new`).
     pub fn name(self) -> &'static str {
-        match self {
-            AllocFn::Malloc => "malloc",
-            AllocFn::Calloc => "calloc",
-            AllocFn::Realloc => "realloc",
-            AllocFn::Reallocarray => "reallocarray",
-            AllocFn::Free => "free",
-            AllocFn::AlignedAlloc => "aligned_alloc",
-            AllocFn::PosixMemalign => "posix_memalign",
-            AllocFn::Memalign => "memalign",
-            AllocFn::Valloc => "valloc",
-            AllocFn::Pvalloc => "pvalloc",
-            AllocFn::OperatorNew => "operator new",
-            AllocFn::OperatorNewArray => "operator new[]",
-            AllocFn::OperatorDelete => "operator delete",
-            AllocFn::OperatorDeleteArray => "operator delete[]",
-            AllocFn::Mallocx => "mallocx",
-            AllocFn::Rallocx => "rallocx",
-            AllocFn::Dallocx => "dallocx",
-            AllocFn::MiMalloc => "mi_malloc",
-            AllocFn::MiCalloc => "mi_calloc",
-            AllocFn::MiRealloc => "mi_realloc",
-            AllocFn::MiReallocn => "mi_reallocn",
-            AllocFn::MiFree => "mi_free",
-            AllocFn::MiAlignedAlloc => "mi_aligned_alloc",
-            AllocFn::MiPosixMemalign => "mi_posix_memalign",
-        }
+        memtrack_common::FUNCTION_NAMES[self as usize]
     }
 
     /// The C symbol of the function's primary name (for the standard C API this is the
@@ -388,6 +363,10 @@ mod tests {
         }
         assert_eq!(AllocFn::from_u32(AllocFn::ALL.len() as u32), None);
         assert_eq!(AllocFn::from_u32(u32::MAX), None);
+        // The reported names, one per slot, are memtrack-common's.
+        assert_eq!(AllocFn::ALL.len(), memtrack_common::FUNCTION_NAMES.len());
+        assert_eq!(AllocFn::OperatorNewArray.name(), "operator new[]");
+        assert_eq!(AllocFn::MiPosixMemalign.name(), "mi_posix_memalign");
     }
 
     #[test]

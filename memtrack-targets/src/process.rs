@@ -111,8 +111,8 @@ fn object_targets(object: &crate::MappedObject) -> Result<Vec<ProbeTarget>, Erro
 /// runs under, the C library this process maps. A program finds `libc.so.6` through
 /// the same loader and the same search path in nearly every case, and probing it
 /// before the loader maps it lets the kernel register all of the exec's uprobes at
-/// once: the first registration after an idle moment waits for an RCU grace period
-/// (7-17 ms on the hosts measured), later ones in the same moment do not. A wrong
+/// once: the first registration after an idle moment waits for an RCU grace period,
+/// later ones in the same moment do not. A wrong
 /// guess costs an unused probe and nothing else: uprobes belong to a file, and a
 /// file the process never maps never fires. Empty when nothing can be guessed (a
 /// static executable, another loader, a process in another mount namespace).

@@ -1,5 +1,8 @@
 //! Helpers shared by memtrack's own test suites (memtrack-core, the examples, the
-//! integrations), so every suite gates privileged tests and builds fixtures the same way.
+//! integrations), so every suite builds fixtures and runs things as user `nobody` the
+//! same way. Tests that need eBPF are marked `#[ignore = "needs root (eBPF): ..."]`:
+//! cargo lists them as ignored where they cannot run, and `scripts/test.sh` runs them
+//! all as root (`cargo test -- --include-ignored`).
 
 mod fixtures;
 mod scratch;
@@ -15,16 +18,6 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
 };
-
-/// Gate for tests that need eBPF: [`memtrack::testing::privileged_or_skip`], the one
-/// implementation memtrack's users get too. Privileged (root, or CAP_BPF+CAP_PERFMON):
-/// true. Otherwise the test says `TEST: skipped: no CAP_BPF/CAP_PERFMON (...)` on the
-/// terminal (written to fd 2 directly, which the test harness does not capture) and the
-/// caller returns; with `MEMTRACK_REQUIRE_PRIVILEGED=1` (CI sets it, as root) it fails
-/// instead, because there a skip would hide a failure.
-pub fn require_privileges(test: &str) -> bool {
-    memtrack::testing::privileged_or_skip(test)
-}
 
 /// Whether this test process runs as root (tests that switch to user `nobody` need it).
 pub fn is_root() -> bool {

@@ -278,10 +278,9 @@ impl Session {
     }
 
     /// Runs `routine` once as benchmark `uri`, counted in the whole process: a region of
-    /// the runner, or in-process a tracker made for this call (105-175 ms to attach
-    /// here), started, stopped and closed (60-100 ms until the kernel has removed its
-    /// probes)
-    /// before this returns. Returns the routine's output, not yet dropped (so the caller
+    /// the runner, or in-process a tracker made for this call, started, stopped and
+    /// closed (waiting until the kernel has removed its probes) before this returns
+    /// (what attaching and closing take: BENCHMARKS.md). Returns the routine's output, not yet dropped (so the caller
     /// drops it outside the count), and in-process the stats.
     ///
     /// In-process, the calling thread only starts and stops counting and runs the

@@ -19,16 +19,11 @@ fn requested() -> &'static Result<Option<u32>, String> {
 
 /// Parses a value of [`STACKS_ENV`].
 fn parse(value: Option<&str>) -> Result<Option<u32>, String> {
-    let max = memtrack::stacks::MAX_DEPTH;
     match value.map(str::trim) {
         None | Some("") | Some("0") => Ok(None),
-        Some("max") => Ok(Some(max)),
-        Some(v) => match v.parse::<u32>() {
-            Ok(depth) if (1..=max).contains(&depth) => Ok(Some(depth)),
-            _ => Err(format!(
-                "{STACKS_ENV}={v:?} is not a stack depth from 1 to {max} (or 0, or max)"
-            )),
-        },
+        Some(v) => memtrack::stacks::parse_depth(v)
+            .map(Some)
+            .map_err(|e| format!("{STACKS_ENV}={e}; 0 for none")),
     }
 }
 

@@ -18,7 +18,7 @@ use memtrack::{
         Frame, ProcessStacks, ScopeStacks, Stack, StackCounts, StackEnd, StackEntry, StackObject,
     },
 };
-use memtrack_cli::stack_profile::LoadedProcess;
+use memtrack_report::stack_profile::LoadedProcess;
 
 /// tests/stacks.
 pub fn sources() -> PathBuf {

@@ -1,0 +1,140 @@
+//! `memtrack run -- CMD`: the command tracked by the runner, its report printed on
+//! stderr, the JSON report written where `--json` says, the limits checked.
+
+use std::path::Path;
+
+use memtrack::{CommandSpec, OutputDir};
+use memtrack_cli::{Error, JsonProblem, runner::RunOptions};
+use memtrack_report::{
+    limits::DirResults,
+    report::{self, TextOptions},
+    units,
+};
+
+use super::Checks;
+
+/// Where `--json` goes.
+enum JsonOut {
+    Stdout,
+    /// The file's directory, opened before the command runs, and its name there.
+    File(OutputDir, String, std::path::PathBuf),
+}
+
+impl JsonOut {
+    fn open(path: &Path, owner: Option<(u32, u32)>) -> Result<Self, Error> {
+        if path == Path::new("-") {
+            return Ok(JsonOut::Stdout);
+        }
+        let refused = |problem| Error::Json {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| refused(JsonProblem::NotAFileName))?;
+        let parent = memtrack_report::export::directory_of(path);
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(refused(JsonProblem::Directory));
+        }
+        let dir = OutputDir::open(parent, owner).map_err(|e| refused(JsonProblem::Dir(e)))?;
+        Ok(JsonOut::File(dir, name.to_owned(), path.to_path_buf()))
+    }
+
+    fn write(&self, json: &str) -> Result<(), Error> {
+        match self {
+            JsonOut::Stdout => {
+                println!("{json}");
+                Ok(())
+            }
+            JsonOut::File(dir, name, path) => dir
+                .write_file(name, format!("{json}\n").as_bytes())
+                .map(|_| ())
+                .map_err(|e| Error::Json {
+                    path: path.clone(),
+                    problem: JsonProblem::Write(e),
+                }),
+        }
+    }
+}
+
+/// `memtrack run`.
+pub fn run(
+    options: RunOptions,
+    json: Option<&Path>,
+    probes: bool,
+    checks: &Checks,
+    cmd: Vec<std::ffi::OsString>,
+) -> Result<u8, Error> {
+    let json = json.map(|p| JsonOut::open(p, options.run_as)).transpose()?;
+    let mut argv = cmd.into_iter();
+    let program = argv.next().expect("clap requires the command");
+    let mut spec = CommandSpec::new(program).args(argv);
+    if matches!(json, Some(JsonOut::Stdout)) {
+        // stdout is the JSON report's: the command writes its own to stderr.
+        spec = spec.fd(1, 2);
+    }
+    // This process ends right after the run: the kernel's detaching of the probes
+    // (grace periods) is left to a helper at exit instead of waited for. The results
+    // are written and the report printed before that.
+    memtrack::hand_off_links_at_exit();
+    let outcome = memtrack_cli::runner::run(spec, &options)?;
+    eprintln!(
+        "memtrack: {} and {} in {}",
+        units::count(outcome.results.processes.len() as u64, "result file"),
+        fifo_protocol::MARKER_RESULT_FILE_NAME,
+        outcome.dir.display()
+    );
+    if outcome.unattributed_lost_events != 0 {
+        eprintln!(
+            "memtrack: {} could not be attributed to a process",
+            units::count(outcome.unattributed_lost_events, "event")
+        );
+    }
+    if let memtrack::LaterLiveBlocks::Failed { blocks, reason } = &outcome.later_live_blocks {
+        eprintln!(
+            "memtrack: the kernel could not reserve {blocks} more preallocated live-block \
+             entries ({reason}): the blocks beyond the first {} kept live had entries \
+             allocated on demand instead (counted exactly, at a higher cost per call)",
+            memtrack::LIVE_BLOCKS_AT_LOAD
+        );
+    }
+    for (pid, stacks) in &outcome.stacks {
+        eprintln!("memtrack: {}", stacks_line(*pid, stacks));
+    }
+    if let Some(walks) = outcome.stack_walks {
+        eprintln!(
+            "memtrack: stacks walked: {}, reused from the cache of walks: {}",
+            walks.walked, walks.reused
+        );
+    }
+    let options = TextOptions::with_probe_sites(probes);
+    eprint!(
+        "{}",
+        report::render_text_with(&outcome.results.processes, options)
+    );
+    if let Some(json) = &json {
+        json.write(&report::render_json(&outcome.results))?;
+    }
+    let command = outcome.exit.shell_code().clamp(0, 255) as u8;
+    let dirs: [DirResults; 1] = [(Path::new(""), &outcome.results.processes)];
+    checks.check(&dirs, outcome.unattributed_lost_events, command)
+}
+
+/// What `memtrack run --stacks` says of one process's stacks: how many, where, and how
+/// many blocks have an incomplete stack (always said, zeros too, so that a stack cut
+/// short is never silent).
+fn stacks_line(pid: u32, stacks: &memtrack::stacks::ProcessStacks) -> String {
+    let incomplete = stacks.incomplete();
+    format!(
+        "stacks of process {pid}: {} (depth limit {}) in {}; blocks with an \
+         incomplete stack: {} cut at the depth limit, {} at a frame without unwind \
+         information, {} lost (stack map full, or the walk cut short)",
+        units::count(stacks.stacks.len() as u64, "stack"),
+        stacks.depth_limit,
+        memtrack::stacks::stacks_file_name(pid),
+        units::exact(incomplete.truncated_blocks),
+        units::exact(incomplete.unknown_blocks),
+        units::exact(incomplete.lost_blocks),
+    )
+}

@@ -1,0 +1,47 @@
+//! # memtrack-report: what memtrack's results say, for people and for tools
+//!
+//! Everything made from saved results, with no eBPF and no privileges (it reads the
+//! record, crate `memtrack-record`):
+//!
+//! - [`report`]: the human report (tables, units) and the JSON report of one run or of a
+//!   tree of result directories;
+//! - [`counter`]: the counters by name (`alloc_calls`, `peak_live_bytes`, ...), and
+//!   [`units`]: how numbers read in text;
+//! - [`limits`]: `URI_GLOB:COUNTER<=VALUE` limits, checked against benchmarks or
+//!   processes;
+//! - [`diff`]: two runs compared, per process, per benchmark, per counter;
+//! - [`stack_profile`], [`symbolize`], [`stacks_report`]: the allocation call stacks of
+//!   a process symbolized (blazesym), the terminal view of the top stacks;
+//! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs.
+//!
+//! The `memtrack` command (crate `memtrack-cli`) is its front; a CI tool that reads
+//! memtrack's results can use it directly:
+//!
+//! ```
+//! use memtrack_record::{RunResults, Stats, TrackedProcess};
+//!
+//! let mut process = TrackedProcess::new(7, 1, vec!["./bench".into()]);
+//! process.stats = Stats {
+//!     alloc_calls: 2,
+//!     bytes_allocated: 2048,
+//!     peak_live_bytes: 1024,
+//!     ..Stats::default()
+//! };
+//! let text = memtrack_report::report::render_text(&[process]);
+//! assert!(text.contains("2.0 KiB (2,048 B)"), "{text}");
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod counter;
+pub mod diff;
+mod error;
+pub mod export;
+pub mod limits;
+pub mod report;
+pub mod stack_profile;
+pub mod stacks_report;
+pub mod symbolize;
+pub mod units;
+
+pub use error::{Error, LimitsFileError, NotWritten, Result};
