@@ -191,7 +191,7 @@ pub enum FileRefused {
     },
     /// Stacks whose references do not hold together.
     #[error(transparent)]
-    Inconsistent(#[from] crate::stacks::InvalidStacks),
+    Inconsistent(#[from] InvalidStacks),
 }
 
 /// What writing into the results directory was doing when it failed.
@@ -292,4 +292,52 @@ pub enum TreeRefused {
     /// Opening or listing it failed.
     #[error("cannot be searched: {0}")]
     Unsearchable(#[source] Box<Error>),
+}
+
+/// What is wrong with a process's stacks (a reference out of range, a stack listed
+/// twice): found by `ProcessStacks::validate`. Objects and stacks are named by their
+/// index in the stacks' tables.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidStacks {
+    /// A frame names an object the stacks do not list.
+    #[error("stack {stack}, frame {depth}: object {object} does not exist ({})", objects_there(*.objects))]
+    NoSuchObject {
+        /// The stack's index.
+        stack: usize,
+        /// The frame's index, innermost first.
+        depth: usize,
+        /// The object it names.
+        object: u32,
+        /// How many objects there are.
+        objects: usize,
+    },
+    /// Two stacks with the same frames and end.
+    #[error("stacks {0} and {1} are the same stack")]
+    Duplicate(usize, usize),
+    /// A scope's entry names a stack the stacks do not list.
+    #[error("{scope}: stack {stack} does not exist ({stacks} stacks)")]
+    NoSuchStack {
+        /// "the process", or "region \"URI\"".
+        scope: String,
+        /// The stack it names.
+        stack: u32,
+        /// How many stacks there are.
+        stacks: usize,
+    },
+    /// A scope lists one stack twice.
+    #[error("{scope}: stack {stack} is listed twice")]
+    ListedTwice {
+        /// "the process", or "region \"URI\"".
+        scope: String,
+        /// The stack.
+        stack: u32,
+    },
+}
+
+fn objects_there(objects: usize) -> String {
+    match objects {
+        0 => "there are none".to_string(),
+        n => format!("objects are numbered from 0 to {}", n - 1),
+    }
 }

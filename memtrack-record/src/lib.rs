@@ -17,11 +17,9 @@
 //! use memtrack_record::{MemtrackResult, Stats, TrackedProcess};
 //!
 //! let mut process = TrackedProcess::new(4242, 1, vec!["./bench".into()]);
-//! process.stats = Stats {
-//!     alloc_calls: 3,
-//!     bytes_allocated: 300,
-//!     ..Stats::default()
-//! };
+//! let mut stats = Stats::default();
+//! (stats.alloc_calls, stats.bytes_allocated) = (3, 300);
+//! process.stats = stats;
 //! let dir = tempfile::tempdir()?;
 //! let path = MemtrackResult::new(process).write_to_dir(dir.path())?;
 //! let read = MemtrackResult::read_from(&path)?;

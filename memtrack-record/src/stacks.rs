@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::FileRefused;
+pub use crate::error::InvalidStacks;
 
 /// Index of a stack in [`ProcessStacks::stacks`].
 pub type StackId = u32;
@@ -392,53 +393,6 @@ pub struct IncompleteStacks {
     pub unknown_blocks: u64,
     /// Blocks whose stack could not be stored ([`ScopeStacks::lost`]).
     pub lost_blocks: u64,
-}
-
-/// What is wrong with a [`ProcessStacks`] (a reference out of range, a stack listed
-/// twice): found by [`ProcessStacks::validate`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidStacks {
-    /// A frame names an object the stacks do not list.
-    #[error("stack {stack}, frame {depth}: object {object} does not exist ({})", objects_there(*.objects))]
-    NoSuchObject {
-        /// The stack's index.
-        stack: usize,
-        /// The frame's index, innermost first.
-        depth: usize,
-        /// The object it names.
-        object: ObjectId,
-        /// How many objects there are.
-        objects: usize,
-    },
-    /// Two stacks with the same frames and end.
-    #[error("stacks {0} and {1} are the same stack")]
-    Duplicate(usize, usize),
-    /// A scope's entry names a stack the stacks do not list.
-    #[error("{scope}: stack {stack} does not exist ({stacks} stacks)")]
-    NoSuchStack {
-        /// "the process", or "region \"URI\"".
-        scope: String,
-        /// The stack it names.
-        stack: StackId,
-        /// How many stacks there are.
-        stacks: usize,
-    },
-    /// A scope lists one stack twice.
-    #[error("{scope}: stack {stack} is listed twice")]
-    ListedTwice {
-        /// "the process", or "region \"URI\"".
-        scope: String,
-        /// The stack.
-        stack: StackId,
-    },
-}
-
-fn objects_there(objects: usize) -> String {
-    match objects {
-        0 => "there are none".to_string(),
-        n => format!("objects are numbered from 0 to {}", n - 1),
-    }
 }
 
 impl ProcessStacks {

@@ -18,17 +18,17 @@
 //! memtrack's results can use it directly:
 //!
 //! ```
-//! use memtrack_record::{RunResults, Stats, TrackedProcess};
+//! use memtrack_record::{AllocatorStatus, Stats, TrackedProcess};
 //!
 //! let mut process = TrackedProcess::new(7, 1, vec!["./bench".into()]);
-//! process.stats = Stats {
-//!     alloc_calls: 2,
-//!     bytes_allocated: 2048,
-//!     peak_live_bytes: 1024,
-//!     ..Stats::default()
-//! };
+//! process.allocator = AllocatorStatus::Probed;
+//! process.exit_code = Some(0);
+//! process.ended_ns = Some(1_000_000);
+//! let mut stats = Stats::default();
+//! (stats.alloc_calls, stats.bytes_allocated, stats.peak_live_bytes) = (2, 2048, 1024);
+//! process.stats = stats;
 //! let text = memtrack_report::report::render_text(&[process]);
-//! assert!(text.contains("2.0 KiB (2,048 B)"), "{text}");
+//! assert!(text.contains("2 blocks, 2 KiB (2,048 B)"), "{text}");
 //! ```
 
 #![warn(missing_docs)]
