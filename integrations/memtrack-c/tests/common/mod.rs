@@ -123,8 +123,14 @@ pub fn install_into(prefix: &Path) {
     );
 }
 
-/// `memtrack run -o DIR -- COMMAND` (with `env`); its output, after checking it exited 0.
+/// `memtrack run -o DIR -- COMMAND` (with its environment and directory); its output,
+/// after checking it exited 0.
 pub fn memtrack_run(dir: &Path, command: &mut Command) -> Output {
+    memtrack_run_exit(dir, command, 0)
+}
+
+/// As [`memtrack_run`], expecting exit code `code` (memtrack exits with the command's).
+pub fn memtrack_run_exit(dir: &Path, command: &mut Command, code: i32) -> Output {
     let mut run = Command::new(memtrack());
     run.arg("run")
         .arg("-o")
@@ -142,9 +148,10 @@ pub fn memtrack_run(dir: &Path, command: &mut Command) -> Output {
         run.current_dir(cwd);
     }
     let out = run.output().unwrap();
-    assert!(
-        out.status.success(),
-        "memtrack run failed: {}\n{}",
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "memtrack run: {}\n{}",
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
@@ -182,4 +189,26 @@ pub fn counter(stats: &serde_json::Value, name: &str) -> u64 {
     stats[name]
         .as_u64()
         .unwrap_or_else(|| panic!("no counter {name} in {stats}"))
+}
+
+/// A venv under the target directory with msgpack and pytest from PyPI and
+/// pytest-memtrack from this checkout (scripts/pytest-venv.sh, idempotent); its python.
+pub fn pytest_venv() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let venv = build_dir().parent().unwrap().join("pytest-venv");
+            let out = Command::new("bash")
+                .arg(repo().join("scripts/pytest-venv.sh"))
+                .arg(&venv)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "scripts/pytest-venv.sh: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            venv.join("bin/python")
+        })
+        .clone()
 }
