@@ -662,7 +662,7 @@ impl FifoRunner {
             // Transport-level: never the handler's business.
             Command::Sync { nonce } => Reply::Synced { nonce },
             _ if refused_uri.is_some() => Reply::Err {
-                message: format!("{}: {}", cmd.name(), refused_uri.unwrap_or_default()),
+                message: refused_uri.unwrap_or_default(),
             },
             _ => match handler.handle(&cmd) {
                 Some(reply) => reply,
@@ -731,15 +731,14 @@ impl FifoRunner {
                 Ok(()) => match handler.region_counters() {
                     Some(counters) => Reply::Counters(counters),
                     None => Reply::Err {
-                        message: "StopWithCounters: the measurement stopped, but this runner \
-                                  keeps no counters"
+                        message: "the measurement stopped, but this runner keeps no counters"
                             .to_owned(),
                     },
                 },
                 Err(message) => Reply::Err { message },
             },
             Command::NameRegion { .. } => Reply::Err {
-                message: "NameRegion: this runner keeps no regions to name".to_owned(),
+                message: "this runner keeps no regions to name".to_owned(),
             },
             Command::AddMarker { pid, marker } => {
                 self.result.markers.push(MarkerEntry {

@@ -428,7 +428,7 @@ impl MemoryHandler {
             })
         else {
             return Reply::Err {
-                message: format!("NameRegion: process {pid} has no closed region {region}"),
+                message: format!("process {pid} has no closed region {region}"),
             };
         };
         regions.benchmarks[index].1.uri = uri.to_owned();

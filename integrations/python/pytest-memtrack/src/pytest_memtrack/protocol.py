@@ -110,8 +110,7 @@ def encode_frame(message):
     body = msgpack.packb(message, use_bin_type=True)
     if len(body) > MAX_FRAME_LEN:
         raise FrameTooLarge(
-            f"a {len(body):,}-byte message exceeds the protocol's limit of "
-            f"{MAX_FRAME_LEN:,} bytes"
+            f"frame body of {len(body)} bytes exceeds the limit of {MAX_FRAME_LEN} bytes"
         )
     return struct.pack("<I", len(body)) + body
 
