@@ -161,6 +161,39 @@ fn google_benchmark_json_holds_memtracks_exact_figures() {
             "{uri}: {stats}"
         );
     }
+    // With --stacks, the regions' stacks are renamed with them.
+    let stacked = work.path().join("stacked");
+    let out = std::process::Command::new(common::memtrack())
+        .args(["run", "--stacks", "-o"])
+        .arg(&stacked)
+        .arg("--")
+        .arg(&bench)
+        .args([
+            "--benchmark_min_time=0.01",
+            "--benchmark_filter=BM_leak|BM_vector",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = std::process::Command::new(common::memtrack())
+        .args(["report", "--stacks"])
+        .arg(&stacked)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(
+            "benchmark regions (--benchmark URI shows one): BM_leak_100/iterations:4, \
+             BM_vector_reserve/64/iterations:3"
+        ),
+        "{shown}"
+    );
+    assert!(!shown.contains("google-benchmark run"), "{shown}");
+
     // And the process's totals are the sum of the regions: nothing else was counted.
     let process = &report["processes"][0]["stats"];
     let total: u64 = figures.iter().map(|(_, f)| f.num_allocs).sum();

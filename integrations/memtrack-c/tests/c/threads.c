@@ -5,7 +5,9 @@
  * allocates i + 1 blocks of 100 * (i + 1) bytes and frees them. The others keep calling
  * meanwhile: memtrack_region_start (refused: MEMTRACK_ERR_STATE), memtrack_region_stop
  * of a region not theirs (MEMTRACK_ERR_STATE) and memtrack_is_tracked, none of which may
- * allocate. Every stop's counters must be exactly its thread's pattern.
+ * allocate; an owner keeps its region open until another thread has been refused in it
+ * (while others still run), so the calls do overlap. Every stop's counters must be
+ * exactly its thread's pattern.
  * Prints how many starts were refused for another thread's region ("refused N"), one
  * line per region, "region ID thread I", then "ok" (exit 0) or what failed.
  */
@@ -14,6 +16,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -23,8 +26,11 @@
 static pthread_barrier_t go, done;
 static uint64_t region_of[THREADS][ROUNDS];
 static char failure[THREADS][256];
-/* Calls refused because another thread's region was open, per thread. */
+/* Calls refused because another thread's region was open, per thread, and in all. */
 static uint64_t refused[THREADS];
+static atomic_ulong refused_total;
+/* Threads still making regions. */
+static atomic_int running = THREADS;
 
 static void *worker(void *arg) {
     const int i = (int)(intptr_t)arg;
@@ -35,6 +41,7 @@ static void *worker(void *arg) {
         int rc = memtrack_region_start();
         if (rc == MEMTRACK_ERR_STATE) {
             refused[i]++;
+            atomic_fetch_add(&refused_total, 1);
             /* Another thread's region: its stop is not ours, and asking is harmless. */
             rc = memtrack_region_stop(NULL);
             if (rc != MEMTRACK_ERR_STATE && rc != MEMTRACK_OK) {
@@ -56,6 +63,10 @@ static void *worker(void *arg) {
             break;
         }
         for (uint64_t b = 0; b < blocks; b++) held[b] = malloc(size);
+        /* Keep the region open until another thread has called into it and been
+         * refused (while any other still runs): the calls do overlap. */
+        unsigned long seen = atomic_load(&refused_total);
+        while (atomic_load(&refused_total) == seen && atomic_load(&running) > 1) sched_yield();
         for (uint64_t b = 0; b < blocks; b++) free(held[b]);
         struct memtrack_counters c;
         rc = memtrack_region_stop(&c);
@@ -76,6 +87,7 @@ static void *worker(void *arg) {
         }
         region_of[i][round++] = c.region;
     }
+    atomic_fetch_sub(&running, 1);
     /* No thread exits while another may still measure (a thread's exit releases its
      * malloc cache, which the region would count). */
     pthread_barrier_wait(&done);
