@@ -5,7 +5,9 @@
 #     (the stacks exports are checked against its DHAT output); python3.11 and chromium
 #     (the CPython stacks test, and dh_view.html opened in headless Chromium by
 #     scripts/dh_view_screenshot.py); setpriv (util-linux) and setcap (libcap2-bin) for
-#     the tests run as user nobody
+#     the tests run as user nobody; libbenchmark-dev (Google Benchmark 1.7.1, for the C
+#     ABI's memtrack/benchmark.h test) and python3.11-venv (the pytest plugin's test
+#     makes a venv under target/)
 # With --ebpf, also what rebuilding the shipped eBPF object needs (scripts/build-ebpf.sh;
 # nobody else needs it: the object ships compiled; docs/ebpf-toolchain.md says why each
 # piece is what it is):
@@ -43,6 +45,7 @@ apt_packages=(
     build-essential gcc g++ pkg-config
     libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
     util-linux libcap2-bin valgrind python3.11 chromium
+    libbenchmark-dev python3.11-venv
 )
 if [ "$ebpf" -eq 1 ]; then
     apt_packages+=("llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev)

@@ -30,7 +30,9 @@ use crate::clock::now_ns;
 use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN};
 use crate::layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
-use crate::message::{Command, IntegrationMode, Marker, PROTOCOL_VERSION, Reply};
+use crate::message::{
+    Command, IntegrationMode, Marker, PROTOCOL_VERSION, RegionCounters, Reply, ReplyRef,
+};
 use crate::sys;
 
 /// Default time one exchange (lock, write, reply) may take before giving up (5 s).
@@ -166,7 +168,25 @@ impl FifoClient {
     /// (512 bytes, grown once if a longer command comes along) and the reply is not a long
     /// [`Reply::Err`] or otherwise owns heap memory.
     pub fn send(&mut self, cmd: &Command) -> Result<Reply> {
-        self.exchange(|tx| frame::encode_frame_into(tx, cmd))
+        self.send_with(cmd, |reply| reply.to_reply())
+    }
+
+    /// Sends `cmd` like [`send`](Self::send) and hands its reply, decoded in place, to
+    /// `read` (called while the exchange's lock is held), returning what `read` returns.
+    ///
+    /// Nothing is allocated for any reply, a [`Reply::Err`] included, as long as the
+    /// command fits the send buffer and the reply the receive buffer (256 bytes, grown
+    /// once for a longer one): for clients that must read a refusal without allocating,
+    /// such as a C library called from several threads while one of them measures.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn send_with<R>(
+        &mut self,
+        cmd: &Command,
+        read: impl FnOnce(ReplyRef<'_>) -> R,
+    ) -> Result<R> {
+        self.exchange(|tx| frame::encode_frame_into(tx, cmd), read)
     }
 
     /// Writes `bytes` to the control FIFO verbatim (after the usual [`Command::Sync`]
@@ -177,10 +197,13 @@ impl FifoClient {
     /// # Errors
     /// As [`send`](Self::send).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<Reply> {
-        self.exchange(|tx| {
-            tx.extend_from_slice(bytes);
-            Ok(())
-        })
+        self.exchange(
+            |tx| {
+                tx.extend_from_slice(bytes);
+                Ok(())
+            },
+            |reply| reply.to_reply(),
+        )
     }
 
     /// Announces [`PROTOCOL_VERSION`].
@@ -257,6 +280,42 @@ impl FifoClient {
         self.expect_ack(&Command::StopBenchmark)
     }
 
+    /// Protocol version 2: asks the runner to stop measuring, and returns the counters of
+    /// the region it closed once it has ([`Command::StopWithCounters`]).
+    ///
+    /// Allocation-free on success, like [`stop_benchmark`](Self::stop_benchmark): the
+    /// counters travel in a reply that holds no heap memory. Announce version 2 first
+    /// ([`set_version`](Self::set_version)): a runner of version 1 refuses that, with a
+    /// message naming the versions it speaks.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), plus [`Error::Rejected`] (e.g. not started, or a runner
+    /// that keeps no counters) and [`Error::UnexpectedReply`].
+    pub fn stop_with_counters(&mut self) -> Result<RegionCounters> {
+        let cmd = Command::StopWithCounters;
+        match self.send_with(&cmd, |reply| match reply {
+            ReplyRef::Counters(counters) => Ok(counters),
+            other => Err(other.to_reply()),
+        })? {
+            Ok(counters) => Ok(counters),
+            Err(other) => Err(reply_error(&cmd, other)),
+        }
+    }
+
+    /// Protocol version 2: renames region `region` ([`RegionCounters::region`]) of this
+    /// process to `uri` ([`Command::NameRegion`]).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), plus [`Error::Rejected`] (no such region of this process,
+    /// or a refused uri).
+    pub fn name_region(&mut self, region: u64, uri: &str) -> Result<()> {
+        self.expect_ack(&Command::NameRegion {
+            pid: std::process::id(),
+            region,
+            uri: uri.to_owned(),
+        })
+    }
+
     /// Records `marker` as emitted by this process.
     ///
     /// Allocation-free like [`start_benchmark`](Self::start_benchmark), since sample
@@ -304,10 +363,11 @@ impl FifoClient {
     /// `encode_command` appends the command's bytes to the send buffer, after the `Sync`
     /// frame. Nothing here allocates while the frames fit the buffers (see
     /// [`start_benchmark`](Self::start_benchmark)).
-    fn exchange(
+    fn exchange<R>(
         &mut self,
         encode_command: impl FnOnce(&mut Vec<u8>) -> Result<()>,
-    ) -> Result<Reply> {
+        read: impl FnOnce(ReplyRef<'_>) -> R,
+    ) -> Result<R> {
         if self.opened_by != std::process::id() {
             // Forked: the descriptors, and with them the flock, are shared with the parent,
             // which would defeat the lock. Open our own, keeping the buffers.
@@ -331,13 +391,15 @@ impl FifoClient {
                 // Replies before our `Synced` answer frames written before ours (by a
                 // client that gave up waiting, or a stray writer): not ours.
                 loop {
-                    if let Reply::Synced { nonce: n } = self.read_reply(deadline)?
+                    let body = self.read_reply(deadline)?;
+                    if let ReplyRef::Synced { nonce: n } = frame::decode_reply_ref(&self.rx[body])?
                         && n == nonce
                     {
                         break;
                     }
                 }
-                self.read_reply(deadline)
+                let body = self.read_reply(deadline)?;
+                Ok(read(frame::decode_reply_ref(&self.rx[body])?))
             });
         sys::unlock(self.lock.as_fd());
         result
@@ -420,11 +482,11 @@ impl FifoClient {
         Ok(())
     }
 
-    /// Reads one reply frame into the receive buffer and decodes it.
+    /// Reads one reply frame into the receive buffer; returns where its body is in it.
     ///
     /// Reads no further than the end of the frame, so that a reply is never confused with
     /// what follows it.
-    fn read_reply(&mut self, deadline: Instant) -> Result<Reply> {
+    fn read_reply(&mut self, deadline: Instant) -> Result<Range<usize>> {
         self.fill_rx(0..HEADER_LEN, deadline)?;
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&self.rx[..HEADER_LEN]);
@@ -435,7 +497,7 @@ impl FifoClient {
             self.rx.resize(end, 0);
         }
         self.fill_rx(HEADER_LEN..end, deadline)?;
-        frame::decode_body(&self.rx[HEADER_LEN..end])
+        Ok(HEADER_LEN..end)
     }
 
     /// Fills `self.rx[range]` from the ack FIFO, waiting for bytes until `deadline`.
@@ -481,7 +543,7 @@ fn reply_error(cmd: &Command, reply: Reply) -> Error {
         },
         other => Error::UnexpectedReply {
             command: cmd.name(),
-            reply: other,
+            reply: Box::new(other),
         },
     }
 }

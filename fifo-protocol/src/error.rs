@@ -166,8 +166,9 @@ pub enum Error {
     UnexpectedReply {
         /// The command's name.
         command: &'static str,
-        /// What came back.
-        reply: Reply,
+        /// What came back (boxed: a reply may carry a region's counters, and the error
+        /// stays small).
+        reply: Box<Reply>,
     },
 
     /// A marker file is truncated or is not valid MessagePack for its schema.

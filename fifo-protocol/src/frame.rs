@@ -173,6 +173,35 @@ pub fn decode_body<M: Message>(body: &[u8]) -> Result<M> {
     }
 }
 
+/// Decodes one reply frame body (without its header) in place: as [`decode_body`] for a
+/// [`Reply`], but a refusal's message is borrowed from `body`, so nothing is allocated for
+/// any reply.
+///
+/// # Errors
+/// As [`decode_body`].
+pub fn decode_reply_ref(body: &[u8]) -> Result<crate::message::ReplyRef<'_>> {
+    if body.len() > MAX_FRAME_LEN as usize {
+        return Err(Error::FrameTooLarge {
+            len: body.len() as u64,
+            max: MAX_FRAME_LEN,
+        });
+    }
+    let mut de = rmp_serde::Deserializer::from_read_ref(body);
+    let msg = crate::message::ReplyRef::deserialize(&mut de).map_err(|source| Error::Decode {
+        what: Reply::NAME,
+        len: body.len(),
+        source,
+    })?;
+    match IgnoredAny::deserialize(&mut de) {
+        Err(rmp_serde::decode::Error::InvalidMarkerRead(e))
+            if e.kind() == io::ErrorKind::UnexpectedEof =>
+        {
+            Ok(msg)
+        }
+        _ => Err(trailing_bytes::<Reply>(body)),
+    }
+}
+
 /// The [`Error::TrailingBytes`] for a `body` known to hold one valid `M` followed by
 /// more bytes: decodes it again with a reader that counts what it consumed. Error path
 /// only; it allocates.

@@ -123,7 +123,8 @@ pub use markers::{
     MarkerEntry, MarkerResult, MeasurementWindow,
 };
 pub use message::{
-    Command, IntegrationMode, MIN_SUPPORTED_VERSION, Marker, PROTOCOL_VERSION, Reply,
+    Command, IntegrationMode, MAX_URI_LEN, MIN_SUPPORTED_VERSION, Marker, PROTOCOL_VERSION,
+    RegionCounters, Reply, ReplyRef, uri_problem,
 };
 pub use runner::{
     DEFAULT_PARTIAL_FRAME_TIMEOUT, FifoRunner, Handler, RunnerThread, SharedHandling,

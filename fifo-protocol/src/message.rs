@@ -12,10 +12,46 @@ use serde::{Deserialize, Serialize};
 ///
 /// Bump it whenever a message changes shape or meaning; a runner keeps answering older
 /// versions it still understands (see [`MIN_SUPPORTED_VERSION`]).
-pub const PROTOCOL_VERSION: u64 = 1;
+///
+/// | version | adds |
+/// |---|---|
+/// | 1 | everything not listed below |
+/// | 2 | [`Command::StopWithCounters`] (answered with [`Reply::Counters`]) and [`Command::NameRegion`] |
+///
+/// Version 2 only adds commands, so a version-1 integration works unchanged with a
+/// version-2 runner. A version-2 integration learns that a runner is older from the
+/// [`Reply::Err`] to its [`Command::SetVersion`]`(2)`, which names the versions that runner
+/// supports; it must announce its version before it sends a version-2 command (a runner
+/// of version 1 answers those with an error saying it cannot decode them).
+pub const PROTOCOL_VERSION: u64 = 2;
 
 /// The oldest protocol version a runner built from this crate accepts.
 pub const MIN_SUPPORTED_VERSION: u64 = 1;
+
+/// Longest benchmark uri a runner accepts, in bytes of UTF-8 (4,096), in
+/// [`Command::CurrentBenchmark`] and [`Command::NameRegion`].
+pub const MAX_URI_LEN: usize = 4096;
+
+/// Why a runner refuses `uri` as a benchmark uri, or `None` if it accepts it: it must be
+/// 1 to [`MAX_URI_LEN`] bytes long and hold no control character (no newline, tab, NUL,
+/// ...: a uri is one line in every report). The runner checks this before anything else
+/// handles the command, so a refused uri changes nothing.
+pub fn uri_problem(uri: &str) -> Option<String> {
+    if uri.is_empty() {
+        return Some("the benchmark uri is empty".to_owned());
+    }
+    if uri.len() > MAX_URI_LEN {
+        return Some(format!(
+            "the benchmark uri is {} bytes long, more than the limit of {MAX_URI_LEN} bytes",
+            uri.len()
+        ));
+    }
+    let (at, c) = uri.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "the benchmark uri {uri:?} holds a control character ({c:?} at byte {at}); a uri \
+         is one line of text"
+    ))
+}
 
 /// A command, sent by the integration (inside the benchmarked process) to the runner.
 ///
@@ -69,6 +105,24 @@ pub enum Command {
         /// Arbitrary value, unique per exchange, echoed in [`Reply::Synced`].
         nonce: u64,
     },
+    // Variants added later go last: other encoders may name variants by index.
+    /// Protocol version 2: [`StopBenchmark`](Command::StopBenchmark), answered with the
+    /// counters of the region it closed ([`Reply::Counters`]) instead of [`Reply::Ack`].
+    /// Refused like `StopBenchmark` when no measurement is running.
+    StopWithCounters,
+    /// Protocol version 2: renames the closed region `region` (the id in its
+    /// [`RegionCounters::region`]) of process `pid` to `uri`, for harnesses that learn a
+    /// benchmark's name only after running it (Google Benchmark's memory manager).
+    /// Answered with [`Reply::Ack`], or [`Reply::Err`] when there is no such region of
+    /// that process or `uri` is refused ([`uri_problem`]).
+    NameRegion {
+        /// Process id of the process that ran the region.
+        pid: u32,
+        /// The region's id, from [`RegionCounters::region`].
+        region: u64,
+        /// The benchmark's uri from now on.
+        uri: String,
+    },
 }
 
 impl Command {
@@ -80,6 +134,8 @@ impl Command {
             Command::CurrentBenchmark { .. } => "CurrentBenchmark",
             Command::StartBenchmark => "StartBenchmark",
             Command::StopBenchmark => "StopBenchmark",
+            Command::StopWithCounters => "StopWithCounters",
+            Command::NameRegion { .. } => "NameRegion",
             Command::AddMarker { .. } => "AddMarker",
             Command::Ping => "Ping",
             Command::GetIntegrationMode => "GetIntegrationMode",
@@ -105,6 +161,93 @@ pub enum Reply {
         /// The nonce of the [`Command::Sync`] being answered.
         nonce: u64,
     },
+    /// Protocol version 2: answer to [`Command::StopWithCounters`], the counters of the
+    /// region it closed.
+    Counters(RegionCounters),
+}
+
+/// What memtrack counted in one benchmark region, as the runner keeps it (and writes it
+/// into the process's result file): the calls made by the whole process between the
+/// runner's handling of `StartBenchmark` and of `StopWithCounters`. Sizes are requested
+/// sizes in bytes, the rest plain counts; the counting convention is valgrind DHAT's
+/// (see memtrack's `Stats`).
+///
+/// Holds no heap memory, so a client decodes it without allocating. New counters may be
+/// added (it is `#[non_exhaustive]`): make one with `RegionCounters::default()`. Missing
+/// fields decode as 0 and unknown ones are ignored, so runners and clients of different
+/// builds still understand each other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct RegionCounters {
+    /// The region's id for [`Command::NameRegion`]: unique among the regions of one run
+    /// (the runner's count of regions closed before it).
+    pub region: u64,
+    /// Blocks handed out (successful allocating calls; a growing or shrinking `realloc`
+    /// is one block handed out and one released).
+    pub alloc_calls: u64,
+    /// Blocks released (`free` of a block memtrack saw allocated, `realloc`'s release).
+    pub free_calls: u64,
+    /// Bytes of the blocks handed out.
+    pub bytes_allocated: u64,
+    /// Bytes of the blocks released (only blocks allocated inside the region).
+    pub bytes_freed: u64,
+    /// Blocks handed out inside the region and still live at its end.
+    pub live_blocks: u64,
+    /// Bytes of those blocks: the region's net heap growth (`bytes_allocated -
+    /// bytes_freed`).
+    pub live_bytes: u64,
+    /// Highest `live_bytes` at any instant inside the region, in bytes (blocks allocated
+    /// before the region do not count).
+    pub peak_live_bytes: u64,
+    /// Allocation calls that failed (returned NULL); they hand out nothing.
+    pub failed_allocs: u64,
+    /// Releases of blocks not allocated inside the region (allocated before it, or freed
+    /// twice); never subtracted from the numbers above.
+    pub unmatched_frees: u64,
+    /// Events that could not be accounted exactly; 0 means every number above is exact.
+    pub lost_events: u64,
+}
+
+/// A [`Reply`] decoded in place, its text borrowed from the frame it was read from: what
+/// [`FifoClient::send_with`](crate::FifoClient::send_with) hands its callback, so that a
+/// client can read any reply, a refusal's message included, without allocating.
+///
+/// It decodes exactly the bytes a [`Reply`] encodes to (same variant and field names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ReplyRef<'a> {
+    /// [`Reply::Ack`].
+    Ack,
+    /// [`Reply::Err`].
+    Err {
+        /// Human-readable reason.
+        #[serde(borrow)]
+        message: &'a str,
+    },
+    /// [`Reply::IntegrationMode`].
+    IntegrationMode(IntegrationMode),
+    /// [`Reply::Synced`].
+    Synced {
+        /// The nonce of the [`Command::Sync`] being answered.
+        nonce: u64,
+    },
+    /// [`Reply::Counters`].
+    Counters(RegionCounters),
+}
+
+impl ReplyRef<'_> {
+    /// The owned [`Reply`] (allocates for [`ReplyRef::Err`]'s message).
+    pub fn to_reply(&self) -> Reply {
+        match *self {
+            ReplyRef::Ack => Reply::Ack,
+            ReplyRef::Err { message } => Reply::Err {
+                message: message.to_owned(),
+            },
+            ReplyRef::IntegrationMode(mode) => Reply::IntegrationMode(mode),
+            ReplyRef::Synced { nonce } => Reply::Synced { nonce },
+            ReplyRef::Counters(counters) => Reply::Counters(counters),
+        }
+    }
 }
 
 /// What the runner measures, so an integration can adapt (e.g. run fewer iterations).

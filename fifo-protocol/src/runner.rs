@@ -27,7 +27,10 @@ use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN, MAX_FRAME_LEN, SyncSearch};
 use crate::layout::{ACK_FIFO_NAME, CONTROL_FIFO_NAME, FIFO_DIR_ENV};
 use crate::markers::{IntegrationInfo, MarkerEntry, MarkerResult};
-use crate::message::{Command, IntegrationMode, MIN_SUPPORTED_VERSION, PROTOCOL_VERSION, Reply};
+use crate::message::{
+    Command, IntegrationMode, MIN_SUPPORTED_VERSION, PROTOCOL_VERSION, RegionCounters, Reply,
+    uri_problem,
+};
 use crate::sys;
 
 /// How long, by default, a partially received frame may sit without new bytes before the
@@ -55,6 +58,15 @@ const READ_CHUNK: usize = 64 * 1024;
 pub trait Handler {
     /// Handles `cmd` or defers to the shared handling by returning `None`.
     fn handle(&mut self, cmd: &Command) -> Option<Reply>;
+
+    /// The counters of the region that the last [`Command::StopWithCounters`] closed,
+    /// taken by the shared handling right after [`handle`](Self::handle) deferred that
+    /// command to it and it closed the measurement window: it answers
+    /// [`Reply::Counters`] with them. `None` (the default, for modes that count nothing)
+    /// makes it answer [`Reply::Err`] saying so; the window is closed all the same.
+    fn region_counters(&mut self) -> Option<RegionCounters> {
+        None
+    }
 }
 
 impl<F: FnMut(&Command) -> Option<Reply>> Handler for F {
@@ -636,13 +648,25 @@ impl FifoRunner {
     }
 
     /// Answers one well-formed command.
+    ///
+    /// A command naming a uri that [`uri_problem`] refuses is answered with
+    /// [`Reply::Err`] before the handler sees it, so it changes nothing.
     fn answer<H: Handler + ?Sized>(&mut self, handler: &mut H, cmd: Command) {
+        let refused_uri = match &cmd {
+            Command::CurrentBenchmark { uri, .. } | Command::NameRegion { uri, .. } => {
+                uri_problem(uri)
+            }
+            _ => None,
+        };
         let reply = match cmd {
             // Transport-level: never the handler's business.
             Command::Sync { nonce } => Reply::Synced { nonce },
+            _ if refused_uri.is_some() => Reply::Err {
+                message: refused_uri.unwrap_or_default(),
+            },
             _ => match handler.handle(&cmd) {
                 Some(reply) => reply,
-                None => self.handle_shared(&cmd),
+                None => self.handle_shared(handler, &cmd),
             },
         };
         self.send_reply(&reply);
@@ -664,7 +688,7 @@ impl FifoRunner {
     }
 
     /// The handling common to every mode.
-    fn handle_shared(&mut self, cmd: &Command) -> Reply {
+    fn handle_shared<H: Handler + ?Sized>(&mut self, handler: &mut H, cmd: &Command) -> Reply {
         let ack_or_err = |r: std::result::Result<(), String>| match r {
             Ok(()) => Reply::Ack,
             Err(message) => Reply::Err { message },
@@ -703,6 +727,19 @@ impl FifoRunner {
             }
             Command::StartBenchmark => ack_or_err(self.result.start_measurement(now_ns())),
             Command::StopBenchmark => ack_or_err(self.result.stop_measurement(now_ns())),
+            Command::StopWithCounters => match self.result.stop_measurement(now_ns()) {
+                Ok(()) => match handler.region_counters() {
+                    Some(counters) => Reply::Counters(counters),
+                    None => Reply::Err {
+                        message: "the measurement stopped, but this runner keeps no counters"
+                            .to_owned(),
+                    },
+                },
+                Err(message) => Reply::Err { message },
+            },
+            Command::NameRegion { .. } => Reply::Err {
+                message: "this runner keeps no regions to name".to_owned(),
+            },
             Command::AddMarker { pid, marker } => {
                 self.result.markers.push(MarkerEntry {
                     pid: *pid,

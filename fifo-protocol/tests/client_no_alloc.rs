@@ -334,3 +334,73 @@ fn the_runners_window_sees_only_the_benchmarks_allocations() {
     let (result, _handler) = serving.stop().unwrap();
     assert_eq!(result.measurements.len(), 4);
 }
+
+/// A handler that keeps counters, as memtrack's runner does: each closed region gets the
+/// next id and counters derived from it, which `StopWithCounters` returns.
+struct CountingRegions {
+    closed: u64,
+    last: Option<fifo_protocol::RegionCounters>,
+}
+
+impl fifo_protocol::Handler for CountingRegions {
+    fn handle(&mut self, cmd: &Command) -> Option<Reply> {
+        if matches!(cmd, Command::StopWithCounters) {
+            let mut c = fifo_protocol::RegionCounters::default();
+            c.region = self.closed;
+            c.alloc_calls = 1000 + self.closed;
+            c.peak_live_bytes = u64::MAX - self.closed;
+            self.last = Some(c);
+            self.closed += 1;
+        }
+        None
+    }
+
+    fn region_counters(&mut self) -> Option<fifo_protocol::RegionCounters> {
+        self.last.take()
+    }
+}
+
+/// Protocol version 2's stop carries the region's counters in its reply, still without
+/// allocating or freeing; so does reading a refusal through `send_with`.
+#[test]
+fn stop_with_counters_and_refusals_read_in_place_allocate_nothing() {
+    let runner = FifoRunner::new(IntegrationMode::Memory).unwrap();
+    let (_, dir) = runner.env_var();
+    let serving = runner
+        .spawn(CountingRegions {
+            closed: 0,
+            last: None,
+        })
+        .unwrap();
+    let mut client = FifoClient::connect(&dir).unwrap();
+    client.set_version().unwrap();
+    client.current_benchmark("v2").unwrap();
+    for round in 0..50u64 {
+        let (outcome, counts) = counted(|| {
+            client.start_benchmark()?;
+            client.stop_with_counters()
+        });
+        let counters = outcome.unwrap();
+        assert_eq!(counts, NOTHING, "round {round}");
+        assert_eq!(
+            (
+                counters.region,
+                counters.alloc_calls,
+                counters.peak_live_bytes
+            ),
+            (round, 1000 + round, u64::MAX - round)
+        );
+    }
+    // A stop without a start is refused; read in place, the refusal allocates nothing.
+    let (outcome, counts) = counted(|| {
+        client.send_with(&Command::StopWithCounters, |reply| match reply {
+            fifo_protocol::ReplyRef::Err { message } => {
+                message == "StopBenchmark without a preceding StartBenchmark"
+            }
+            _ => false,
+        })
+    });
+    assert!(outcome.unwrap(), "the refusal's message");
+    assert_eq!(counts, NOTHING);
+    serving.stop().unwrap();
+}

@@ -26,7 +26,9 @@ use std::{
     },
 };
 
-use fifo_protocol::{Command, FifoRunner, IntegrationMode, LogSummary, MarkerResult, Reply};
+use fifo_protocol::{
+    Command, FifoRunner, IntegrationMode, LogSummary, MarkerResult, RegionCounters, Reply,
+};
 
 use memtrack::{
     BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats,
@@ -174,6 +176,26 @@ struct MemoryHandler {
     /// The regions, closed and open (shared with the writer of exited processes'
     /// results).
     regions: Arc<Mutex<Regions>>,
+    /// The counters of the region the last stop closed, until the shared handling takes
+    /// them to answer `StopWithCounters`.
+    last_closed: Option<RegionCounters>,
+}
+
+/// The counters of region `region` as the protocol carries them.
+fn region_counters(region: usize, stats: &Stats) -> RegionCounters {
+    let mut c = RegionCounters::default();
+    c.region = region as u64;
+    c.alloc_calls = stats.alloc_calls;
+    c.free_calls = stats.free_calls;
+    c.bytes_allocated = stats.bytes_allocated;
+    c.bytes_freed = stats.bytes_freed;
+    c.live_blocks = stats.live_blocks;
+    c.live_bytes = stats.live_bytes;
+    c.peak_live_bytes = stats.peak_live_bytes;
+    c.failed_allocs = stats.failed_allocs;
+    c.unmatched_frees = stats.unmatched_frees;
+    c.lost_events = stats.lost_events;
+    c
 }
 
 /// The benchmark regions counted so far.
@@ -347,6 +369,7 @@ impl MemoryHandler {
     }
 
     fn stop(&mut self) -> Result<Option<Reply>> {
+        self.last_closed = None;
         let Some((pid, uri)) = lock(&self.regions).open.clone() else {
             return Ok(None); // the shared handling answers: no region is open
         };
@@ -380,10 +403,42 @@ impl MemoryHandler {
                 .or_default()
                 .add_scope(Some(&uri), &stacks);
         }
+        self.last_closed = Some(region_counters(regions.benchmarks.len(), &stats));
         regions
             .benchmarks
             .push((pid, BenchmarkStats::new(uri, stats)));
         Ok(None)
+    }
+
+    /// Renames closed region `region` of process `pid` (its index in
+    /// `Regions::benchmarks`), in its counters and its stacks.
+    fn name_region(&mut self, pid: u32, region: u64, uri: &str) -> Reply {
+        let mut regions = lock(&self.regions);
+        let index = usize::try_from(region).unwrap_or(usize::MAX);
+        let Some(k) = regions
+            .benchmarks
+            .get(index)
+            .filter(|(owner, _)| *owner == pid)
+            .map(|_| {
+                regions.benchmarks[..index]
+                    .iter()
+                    .filter(|(p, _)| *p == pid)
+                    .count()
+            })
+        else {
+            return Reply::Err {
+                message: format!("process {pid} has no closed region {region}"),
+            };
+        };
+        regions.benchmarks[index].1.uri = uri.to_owned();
+        if let Some(stacks) = regions
+            .stacks
+            .get_mut(&pid)
+            .and_then(|s| s.regions.get_mut(k))
+        {
+            stacks.uri = uri.to_owned();
+        }
+        Reply::Ack
     }
 }
 
@@ -404,10 +459,17 @@ impl fifo_protocol::Handler for MemoryHandler {
                 Ok(None)
             }
             Command::StartBenchmark => self.start(),
-            Command::StopBenchmark => self.stop(),
+            Command::StopBenchmark | Command::StopWithCounters => self.stop(),
+            Command::NameRegion { pid, region, uri } => {
+                return Some(self.name_region(*pid, *region, uri));
+            }
             _ => Ok(None),
         };
         outcome.unwrap_or_else(|e| Self::refuse(format!("memtrack: {e}")))
+    }
+
+    fn region_counters(&mut self) -> Option<RegionCounters> {
+        self.last_closed.take()
     }
 }
 
@@ -487,6 +549,7 @@ fn serve_and_wait(
         current: None,
         opened_ns: 0,
         regions: regions.clone(),
+        last_closed: None,
     };
     let mut fifo = fifo;
     // One line at the end, however much garbage the command writes into the FIFO.
