@@ -28,10 +28,6 @@ echo "[test] cargo test" >&2
 cargo test --locked --workspace --all-targets -- "${tests[@]}"
 cargo test --locked --workspace --doc
 if [ "$(id -u)" -eq 0 ]; then
-    # Tests marked #[ignore = "needs CAP_BPF and CAP_PERFMON (root): ..."] (the C ABI's,
-    # Google Benchmark's and pytest-memtrack's under memtrack run).
-    echo "[test] tests that need eBPF: cargo test -p memtrack-c -- --ignored" >&2
-    cargo test --locked -p memtrack-c --all-targets -- --ignored
     # Every benchmark runs once, small; the runner fails if any tracked run counted
     # inexactly. Its figures are not the point here (BENCHMARKS.md has the full run).
     echo "[test] benchmark smoke run: memtrack-benches --quick" >&2
