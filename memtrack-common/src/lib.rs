@@ -814,6 +814,7 @@ pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 
 pub mod stack_cache;
 pub mod stacks;
+pub mod timeline;
 pub mod unwind;
 
 #[cfg(feature = "user")]

@@ -281,5 +281,5 @@ fn the_layout_is_unchanged_byte_for_byte() {
             path.display()
         );
     }
-    assert_eq!(memtrack::SCHEMA_VERSION, 2);
+    assert_eq!(memtrack::SCHEMA_VERSION, 3);
 }

@@ -189,6 +189,15 @@ pub enum FileRefused {
         /// The newest this build reads.
         supported: u32,
     },
+    /// A timeline that does not hold together.
+    #[error("the timeline of {scope}: {cause}")]
+    Timeline {
+        /// "the process", "earlier image N" or "benchmark \"URI\"".
+        scope: String,
+        /// What is wrong.
+        #[source]
+        cause: crate::timeline::InvalidTimeline,
+    },
     /// Stacks whose references do not hold together.
     #[error(transparent)]
     Inconsistent(#[from] InvalidStacks),

@@ -7,7 +7,8 @@
 //! [`SCHEMA_VERSION`]), a stacks file beside it, written into a results directory held
 //! open as a handle ([`OutputDir`]), and read back from a directory or a tree of them
 //! with bounded, link-refusing reads ([`MemtrackResult::scan_dir`],
-//! [`MemtrackResult::scan_tree`]).
+//! [`MemtrackResult::scan_tree`]). [`timeline`] is the memory of a process (or a benchmark
+//! region) over time: heap envelope, resident memory, mapped bytes, events.
 //!
 //! The tracker (crate `memtrack-core`, library `memtrack`, which re-exports every name
 //! here) fills the record; the reports, diffs and exports read it. This crate needs no
@@ -38,6 +39,7 @@ mod results;
 pub mod stacks;
 mod stacks_merge;
 mod stats;
+pub mod timeline;
 
 pub use bounded_read::{MAX_RESULT_FILE_BYTES, MAX_STACKS_FILE_BYTES};
 pub use error::{DirRefused, Error, FileRefused, OutputStep, Result, TreeRefused};

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::Stats;
+use crate::{stats::Stats, timeline::Timeline};
 
 /// Whether memtrack could probe a process's allocator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,12 +35,20 @@ pub struct ImageStats {
     /// Its counters, from the process's start (or previous exec) to the exec. Blocks
     /// still live then were released by the exec, and stay live here.
     pub stats: Stats,
+    /// Its memory over time (None: not recorded, or a file written before schema
+    /// version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 impl ImageStats {
     /// The counters `stats` of an image that ran `command`.
     pub fn new(command: Vec<String>, stats: Stats) -> Self {
-        ImageStats { command, stats }
+        ImageStats {
+            command,
+            stats,
+            timeline: None,
+        }
     }
 }
 
@@ -59,6 +67,11 @@ pub struct BenchmarkStats {
     /// 2026-12-05.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unfinished: bool,
+    /// Its memory over time, from the region's start (None: not recorded, or a file
+    /// written before schema version 3). Its times are the process's (ns since it
+    /// started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 impl BenchmarkStats {
@@ -68,6 +81,7 @@ impl BenchmarkStats {
             uri: uri.into(),
             stats,
             unfinished: false,
+            timeline: None,
         }
     }
 
@@ -117,6 +131,11 @@ pub struct TrackedProcess {
     /// integration marked any; the tracker itself never fills it).
     #[serde(default)]
     pub benchmarks: Vec<BenchmarkStats>,
+    /// Its memory over time, for the image it ran last (None: not recorded, or a file
+    /// written before schema version 3). With benchmark regions, the regions' laid end
+    /// to end, as `stats` are their sum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 impl TrackedProcess {
@@ -140,7 +159,33 @@ impl TrackedProcess {
             stats: Stats::default(),
             earlier_images: Vec::new(),
             benchmarks: Vec::new(),
+            timeline: None,
         }
+    }
+}
+
+impl TrackedProcess {
+    /// Checks every timeline the record holds against its scope's peak
+    /// ([`Timeline::validate`]), naming the scope that fails.
+    pub fn validate_timelines(&self) -> Result<(), crate::FileRefused> {
+        let scopes =
+            std::iter::once(("the process".to_string(), &self.timeline, &self.stats))
+                .chain(self.earlier_images.iter().enumerate().map(|(i, image)| {
+                    (format!("earlier image {i}"), &image.timeline, &image.stats)
+                }))
+                .chain(
+                    self.benchmarks
+                        .iter()
+                        .map(|b| (format!("benchmark {:?}", b.uri), &b.timeline, &b.stats)),
+                );
+        for (scope, timeline, stats) in scopes {
+            if let Some(timeline) = timeline {
+                timeline
+                    .validate(stats.peak_live_bytes)
+                    .map_err(|cause| crate::FileRefused::Timeline { scope, cause })?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -25,12 +25,16 @@ use crate::{
 /// - **2** (since `count_syscalls(false)` / `--no-syscalls`): `stats.syscalls` is nil
 ///   when the syscalls were not counted. Nothing else differs, so version 1 files read
 ///   as version 2 with `syscalls` present.
+/// - **3**: the process, each earlier image and each benchmark region may carry a
+///   `timeline` (memory over time, [`crate::timeline`]); files of versions 1 and 2 read
+///   without one. A timeline that does not hold together (buckets out of order, a
+///   minimum above its maximum, a maximum above the scope's peak) refuses its file.
 ///
 /// `schema_version` is checked before anything else; fields added in later versions
 /// carry `#[serde(default)]` so older files stay readable; a file from a newer memtrack
 /// is refused with [`Error::FutureSchema`] naming the file. The version changes only
 /// with the layout.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Suffix of result file names: `{pid}.MemtrackResult.msgpack`.
 pub const RESULT_FILE_SUFFIX: &str = ".MemtrackResult.msgpack";
@@ -114,7 +118,10 @@ impl MemtrackResult {
                 supported: SCHEMA_VERSION,
             });
         }
-        rmp_serde::from_slice(bytes).map_err(|e| refused(FileRefused::Corrupt(e)))
+        let result: MemtrackResult =
+            rmp_serde::from_slice(bytes).map_err(|e| refused(FileRefused::Corrupt(e)))?;
+        result.process.validate_timelines().map_err(refused)?;
+        Ok(result)
     }
 
     /// Writes `dir/{pid}.MemtrackResult.msgpack` atomically, creating `dir` if needed,
