@@ -19,6 +19,10 @@
  *                  chunks per size), so compare it tracked against untracked only.
  *   getppid        syscall(SYS_getppid): no allocation, one system call, to measure
  *                  what memtrack's syscall counter costs processes it does not track.
+ *   page_faults    touches one new page of an anonymous mapping per operation (a page
+ *                  fault, which changes the process's resident memory: the kernel's
+ *                  rss_stat tracepoint fires), 4,096 pages a mapping, unmapped after:
+ *                  what the timeline's RSS tracepoint costs processes it does not track.
  *
  * Prints the ns per operation of the timed loop (see timing.h). The runner derives the
  * exact counts each mode must add to a tracked run from the same formulas.
@@ -26,6 +30,7 @@
 #define _GNU_SOURCE
 #include "timing.h"
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 
 static void malloc_free(long ops)
@@ -74,6 +79,22 @@ static void getppid_loop(long ops)
         bench_sink = (void *)syscall(SYS_getppid);
 }
 
+enum { FAULT_PAGES = 4096, PAGE = 4096 };
+
+static void page_faults(long ops)
+{
+    for (long done = 0; done < ops;) {
+        long n = ops - done < FAULT_PAGES ? ops - done : FAULT_PAGES;
+        char *m = mmap(NULL, (size_t)n * PAGE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        bench_check(m != MAP_FAILED, "mmap");
+        for (long j = 0; j < n; j++)
+            m[j * PAGE] = 1;
+        munmap(m, (size_t)n * PAGE);
+        done += n;
+    }
+}
+
 enum { SPLIT_BATCH = 1000 };
 
 static void malloc_split(long ops)
@@ -115,6 +136,7 @@ int main(int argc, char **argv)
         {"memalign_free", memalign_free},
         {"malloc_split", malloc_split},
         {"getppid", getppid_loop},
+        {"page_faults", page_faults},
     };
     if (argc < 2) {
         static const char usage[] = "usage: alloc_loops MODE [OPS]\n";

@@ -39,6 +39,15 @@ pub struct IsolationResult {
     pub syscall_beside: Samples,
     /// The same beside a counting tracker made with `count_syscalls(false)`.
     pub syscall_beside_uncounted: Samples,
+    /// Page faults per run of the unrelated fault loop.
+    pub faults: u64,
+    /// The unrelated fault loop's ns per page fault, without any tracker.
+    pub faults_native: Samples,
+    /// The same beside the counting tracker (its timeline's `kmem:rss_stat` program runs
+    /// at every fault of every process).
+    pub faults_beside: Samples,
+    /// The same beside a counting tracker made with `rss(false)`.
+    pub faults_beside_no_rss: Samples,
 }
 
 /// Runs the unrelated loop natively, beside a counting tracker, and natively again.
@@ -47,22 +56,32 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
     let program = session.programs.alloc_loops.clone();
     let pairs = ["malloc_free".to_string(), s.pairs.to_string()];
     let syscalls = ["getppid".to_string(), s.pairs.to_string()];
+    let faults = ["page_faults".to_string(), s.isolation_faults.to_string()];
     let run_loop = |args: &[String]| workload::run_native(&program, args).map(|o| o.ns_per_op());
-    let (mut native, mut syscall_native) = (Samples::new(), Samples::new());
+    let (mut native, mut syscall_native, mut faults_native) =
+        (Samples::new(), Samples::new(), Samples::new());
     let half = s.isolation_runs.div_ceil(2);
-    for _ in 0..half {
+    let mut run_native = || -> BenchResult<()> {
         native.push(run_loop(&pairs)?);
         syscall_native.push(run_loop(&syscalls)?);
+        faults_native.push(run_loop(&faults)?);
+        Ok(())
+    };
+    for _ in 0..half {
+        run_native()?;
     }
     eprintln!("  unrelated loops beside a counting in-process tracker");
-    let ((beside, syscall_beside, tracker_counted_allocs), timings) =
+    let ((beside, syscall_beside, faults_beside, tracker_counted_allocs), timings) =
         in_process::drive(End::Close, |tracker| {
-            let (mut beside, mut syscall_beside) = (Samples::new(), Samples::new());
+            let (mut beside, mut syscall_beside, mut faults_beside) =
+                (Samples::new(), Samples::new(), Samples::new());
             for _ in 0..s.isolation_runs {
                 beside.push(run_loop(&pairs)?);
                 syscall_beside.push(run_loop(&syscalls)?);
+                faults_beside.push(run_loop(&faults)?);
             }
-            Ok((beside, syscall_beside, tracker.collect()?.alloc_calls))
+            let counted = tracker.collect()?.alloc_calls;
+            Ok((beside, syscall_beside, faults_beside, counted))
         })?;
     session.tracker_timings.push(timings);
     eprintln!("  unrelated syscall loop beside a tracker that does not count syscalls");
@@ -78,9 +97,25 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
         tracker.close();
         samples
     };
-    for _ in half..s.isolation_runs {
+    eprintln!("  unrelated page faults beside a tracker made with rss(false)");
+    let faults_beside_no_rss = {
+        let mut tracker = Tracker::builder().rss(false).build(Scope::Process)?;
+        tracker.start()?;
+        let samples = (0..s.isolation_runs)
+            .map(|_| run_loop(&faults))
+            .collect::<BenchResult<Samples>>()?;
+        tracker.stop()?;
+        tracker.close();
+        samples
+    };
+    let mut run_native = || -> BenchResult<()> {
         native.push(run_loop(&pairs)?);
         syscall_native.push(run_loop(&syscalls)?);
+        faults_native.push(run_loop(&faults)?);
+        Ok(())
+    };
+    for _ in half..s.isolation_runs {
+        run_native()?;
     }
     Ok(IsolationResult {
         pairs: s.pairs,
@@ -90,5 +125,9 @@ pub fn run(session: &mut Session) -> BenchResult<IsolationResult> {
         syscall_native,
         syscall_beside,
         syscall_beside_uncounted,
+        faults: s.isolation_faults,
+        faults_native,
+        faults_beside,
+        faults_beside_no_rss,
     })
 }

@@ -26,6 +26,8 @@ mod settings;
 mod stacks;
 mod stacks_report;
 mod threads;
+mod timeline;
+mod timeline_report;
 mod workload;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -55,6 +57,8 @@ enum Section {
     Stacks,
     /// 7. Live blocks in preallocated entries against entries allocated on demand.
     Live,
+    /// 8. The timeline: off, without RSS, with RSS.
+    Timeline,
 }
 
 /// memtrack's own benchmarks. Prints the results as Markdown on stdout, progress on
@@ -197,6 +201,12 @@ fn run(cli: &Cli) -> BenchResult<Report> {
     } else {
         None
     };
+    let timeline = if cli.wants(Section::Timeline) {
+        eprintln!("8. the timeline");
+        Some(timeline::run(&mut session)?)
+    } else {
+        None
+    };
     let mut command = String::from("cargo run --release -p memtrack-benches --");
     for arg in std::env::args().skip(1) {
         command.push(' ');
@@ -212,6 +222,7 @@ fn run(cli: &Cli) -> BenchResult<Report> {
         spawn_latency: lifecycle::spawned(&session),
         isolation,
         stacks,
+        timeline,
         checks: session.checks,
         probe_sites: session.probe_sites,
     })

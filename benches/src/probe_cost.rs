@@ -63,7 +63,13 @@ pub(crate) fn counting_first(round: usize) -> bool {
 }
 
 /// An `alloc_loops MODE OPS` workload.
-fn alloc_loop(session: &Session, name: &str, mode: &str, ops: u64, expected: Counts) -> Workload {
+pub(crate) fn alloc_loop(
+    session: &Session,
+    name: &str,
+    mode: &str,
+    ops: u64,
+    expected: Counts,
+) -> Workload {
     Workload {
         name: name.to_string(),
         program: session.programs.alloc_loops.clone(),

@@ -23,6 +23,7 @@ use crate::{
     settings::Settings,
     stacks::StacksResult,
     threads::ThreadsResult,
+    timeline::TimelineResult,
 };
 
 /// Picks one clock's samples (wall or CPU) of a setup.
@@ -70,6 +71,8 @@ pub struct Report {
     pub isolation: Option<IsolationResult>,
     /// Benchmark 6.
     pub stacks: Option<StacksResult>,
+    /// Benchmark 8.
+    pub timeline: Option<TimelineResult>,
     /// Every tracked run's count check.
     pub checks: Vec<CountCheck>,
     /// The probe sites of the functions the workloads called, per placement.
@@ -195,6 +198,7 @@ impl Report {
     pub fn all_exact(&self) -> bool {
         self.checks.iter().all(CountCheck::exact)
             && self.stacks.as_ref().is_none_or(StacksResult::all_exact)
+            && self.timeline.as_ref().is_none_or(TimelineResult::all_exact)
     }
 
     /// The report as Markdown.
@@ -228,6 +232,9 @@ impl Report {
         self.threads_md(&mut out);
         if let Some(stacks) = &self.stacks {
             crate::stacks_report::markdown(stacks, &mut out);
+        }
+        if let Some(timeline) = &self.timeline {
+            crate::timeline_report::markdown(timeline, &mut out);
         }
         self.checks_md(&mut out);
         self.probe_sites_md(&mut out);
@@ -595,6 +602,22 @@ impl Report {
                 ),
             ],
         );
+        unrelated_table(
+            out,
+            &format!("page-fault loop ({} pages a run)", thousands(i.faults)),
+            "fault",
+            &i.faults_native,
+            &[
+                (
+                    "beside a counting tracker (RSS kept: `kmem:rss_stat` attached)",
+                    &i.faults_beside,
+                ),
+                (
+                    "beside a counting tracker made with `rss(false)`",
+                    &i.faults_beside_no_rss,
+                ),
+            ],
+        );
     }
 
     /// The report as one JSON document (all samples, not only medians).
@@ -723,6 +746,13 @@ impl Report {
                     "beside_uncounted_ns_per_getppid",
                     samples_json(&i.syscall_beside_uncounted),
                 ),
+                ("page_faults", Json::from(i.faults)),
+                ("native_ns_per_fault", samples_json(&i.faults_native)),
+                ("beside_ns_per_fault", samples_json(&i.faults_beside)),
+                (
+                    "beside_no_rss_ns_per_fault",
+                    samples_json(&i.faults_beside_no_rss),
+                ),
             ])
         });
         let counts = |c: &crate::workload::Counts| {
@@ -765,6 +795,12 @@ impl Report {
                 self.stacks
                     .as_ref()
                     .map_or(Json::Null, crate::stacks_report::json),
+            ),
+            (
+                "timeline",
+                self.timeline
+                    .as_ref()
+                    .map_or(Json::Null, crate::timeline_report::json),
             ),
             ("count_checks", Json::Array(checks)),
             (

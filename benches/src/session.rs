@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use memtrack::{ProbeInfo, ProbePlacement, Stats, stacks::ProcessStacks};
+use memtrack::{ProbeInfo, ProbePlacement, Stats, stacks::ProcessStacks, timeline::Timeline};
 
 use crate::{
     BenchResult,
@@ -66,6 +66,8 @@ pub struct Session {
     /// `TrackerBuilder::preallocated_live_blocks` of the tracked runs (None: the
     /// default).
     pub preallocated_live_blocks: Option<u32>,
+    /// What the tracked runs keep of the memory over time (the default: everything).
+    pub timeline: workload::TimelineSetup,
 }
 
 impl Session {
@@ -80,6 +82,7 @@ impl Session {
             tracker_timings: Vec::new(),
             probe_sites: Vec::new(),
             preallocated_live_blocks: None,
+            timeline: workload::TimelineSetup::On,
         }
     }
 
@@ -103,6 +106,7 @@ impl Session {
             counting,
             stacks,
             preallocated_live_blocks: self.preallocated_live_blocks,
+            timeline: self.timeline,
         };
         let run = workload::run_tracked(
             &workload.program,
@@ -179,6 +183,20 @@ impl Session {
             .stacks
             .ok_or_else(|| format!("{}: the tracker kept no stacks", workload.name))?;
         Ok((run.output, run.stats, stacks))
+    }
+
+    /// [`Session::tracked`] (Cheapest) with the timeline as `setup` says: also returns
+    /// the command's counters and its timeline (None when `setup` keeps none).
+    pub fn tracked_timeline(
+        &mut self,
+        workload: &Workload,
+        setup: workload::TimelineSetup,
+    ) -> BenchResult<(Output, Stats, Option<Timeline>)> {
+        let before = std::mem::replace(&mut self.timeline, setup);
+        let run = self.tracked_run(workload, ProbePlacement::Cheapest, None);
+        self.timeline = before;
+        let run = run?;
+        Ok((run.output, run.stats, run.timeline))
     }
 
     /// A tracked run of the workload, with its count check recorded.

@@ -39,6 +39,14 @@ pub struct Settings {
     pub stack_thread_runs: usize,
     /// Runs of the unrelated loop, natively and beside a counting tracker.
     pub isolation_runs: usize,
+    /// Page faults per run of the unrelated fault loop of benchmark 5.
+    pub isolation_faults: u64,
+    /// Operations per run of benchmark 8's malloc loops (timeline).
+    pub timeline_ops: u64,
+    /// Page faults per run of benchmark 8's fault loop.
+    pub timeline_faults: u64,
+    /// Rounds of benchmark 8 (each runs every setup once).
+    pub timeline_runs: usize,
     /// End spawned trackers with `ProcessTracker::close()` (waits ~70 ms for the kernel to
     /// remove the probes, so no detaching overlaps the next run) rather than a drop.
     pub close_spawned: bool,
@@ -62,6 +70,10 @@ impl Settings {
             stack_ops: 200_000,
             stack_thread_runs: 1,
             isolation_runs: 7,
+            isolation_faults: 200_000,
+            timeline_ops: 1_000_000,
+            timeline_faults: 200_000,
+            timeline_runs: 5,
             close_spawned: true,
         }
     }
@@ -85,6 +97,10 @@ impl Settings {
             stack_ops: 5_000,
             stack_thread_runs: 1,
             isolation_runs: 3,
+            isolation_faults: 20_000,
+            timeline_ops: 20_000,
+            timeline_faults: 20_000,
+            timeline_runs: 1,
             close_spawned: true,
         }
     }

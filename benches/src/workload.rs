@@ -13,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtrack::{CommandSpec, ProbeInfo, ProbePlacement, Stats, Tracker, stacks::ProcessStacks};
+use memtrack::{
+    CommandSpec, ProbeInfo, ProbePlacement, Stats, Tracker, stacks::ProcessStacks,
+    timeline::Timeline,
+};
 
 use crate::BenchResult;
 
@@ -173,6 +176,8 @@ pub struct TrackedRun {
     pub phases: SpawnPhases,
     /// The command's per-stack counters, when the run had stacks on.
     pub stacks: Option<ProcessStacks>,
+    /// The command's timeline, when the run kept one.
+    pub timeline: Option<Timeline>,
 }
 
 /// From the monotonic time `start_ns` to `end_ns` (a program's printed clock).
@@ -202,6 +207,19 @@ pub struct TrackerSetup {
     pub stacks: Option<StackSetup>,
     /// `TrackerBuilder::preallocated_live_blocks` (None: the default).
     pub preallocated_live_blocks: Option<u32>,
+    /// `TrackerBuilder::timeline` and `rss`.
+    pub timeline: TimelineSetup,
+}
+
+/// What a tracked run keeps of each process's memory over time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineSetup {
+    /// No timeline (`TrackerBuilder::timeline(false)`).
+    Off,
+    /// The timeline without the RSS tracepoint (`rss(false)`).
+    NoRss,
+    /// The timeline with resident memory (the default).
+    On,
 }
 
 /// Runs `program args` under a tracker set up as `setup`; its stdout goes to the file
@@ -227,6 +245,11 @@ pub fn run_tracked(
     if let Some(blocks) = setup.preallocated_live_blocks {
         builder = builder.preallocated_live_blocks(blocks);
     }
+    builder = match setup.timeline {
+        TimelineSetup::Off => builder.timeline(false),
+        TimelineSetup::NoRss => builder.rss(false),
+        TimelineSetup::On => builder,
+    };
     let tracker = builder
         .spawn(
             CommandSpec::new(program)
@@ -272,6 +295,7 @@ pub fn run_tracked(
         output,
         phases,
         stacks: process_stacks,
+        timeline: root.timeline.clone(),
     })
 }
 

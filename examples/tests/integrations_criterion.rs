@@ -23,8 +23,8 @@ use memtrack::{CommandSpec, RunResults, TrackedProcess};
 
 mod common;
 use common::{
-    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, memtrack_lines, numbers,
-    ran_with_counts_disabled, run_under_runner, shows_timings, text,
+    Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, check_benchmark_timeline,
+    memtrack_lines, numbers, ran_with_counts_disabled, run_under_runner, shows_timings, text,
 };
 
 const SUITE: &str = env!("CARGO_BIN_EXE_criterion_suite");
@@ -157,11 +157,9 @@ fn in_process_criterion_times_as_usual_and_counts_each_benchmark() {
     }
     assert!(stdout.contains("thrpt:"), "{stdout}");
     for (id, expected) in SUITE_EXPECTED {
-        assert_eq!(
-            numbers(&saved(dir.path(), id, SUITE).stats),
-            expected,
-            "{id}"
-        );
+        let bench = saved(dir.path(), id, SUITE);
+        assert_eq!(numbers(&bench.stats), expected, "{id}");
+        check_benchmark_timeline(&bench);
     }
 }
 
@@ -208,6 +206,10 @@ fn under_the_runner_criterion_is_memory_only_and_leaves_baselines_alone() {
     // In the order criterion runs them.
     let want = [SUITE_EXPECTED[1], SUITE_EXPECTED[2], SUITE_EXPECTED[0]];
     assert_eq!(got, want, "{:#?}", outcome.results);
+    outcome
+        .results
+        .benchmarks()
+        .for_each(|(_, b)| check_benchmark_timeline(b));
     let process = outcome
         .results
         .processes

@@ -20,8 +20,8 @@ use memtrack::{CommandSpec, RunResults};
 
 mod common;
 use common::{
-    ByUri, Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, memtrack_lines, numbers,
-    ran_with_counts_disabled, run_under_runner, shows_timings, text,
+    ByUri, Captured, IN_PROCESS_LINE, Numbers, RUNNER_LINE, by_uri, check_benchmark_timeline,
+    memtrack_lines, numbers, ran_with_counts_disabled, run_under_runner, shows_timings, text,
 };
 
 const SUITE: &str = env!("CARGO_BIN_EXE_divan_suite");
@@ -119,6 +119,7 @@ fn in_process_divan_times_as_usual_then_prints_the_exact_table() {
     // One result file, read as `memtrack report` reads it; its stats are the sum.
     let saved = saved_benchmarks(&dir, SUITE);
     assert_eq!(uri_numbers(&saved), SUITE_EXPECTED);
+    saved.iter().for_each(check_benchmark_timeline);
     let results = RunResults::read_dir(&dir).unwrap().processes;
     assert_eq!(
         numbers(&results[0].stats),
@@ -175,6 +176,10 @@ fn under_the_runner_divan_is_memory_only_and_each_benchmark_one_exact_region() {
         .map(|(_, b)| (b.uri.as_str(), numbers(&b.stats)))
         .collect();
     assert_eq!(got, SUITE_EXPECTED, "{:#?}", outcome.results);
+    outcome
+        .results
+        .benchmarks()
+        .for_each(|(_, b)| check_benchmark_timeline(b));
     let read = RunResults::read_dir(&dir.path().join("results")).unwrap();
     assert_eq!(read, outcome.results);
 }

@@ -32,7 +32,9 @@ use fifo_protocol::{
 
 use memtrack::{
     BenchmarkStats, CommandSpec, ExitStatus, MemtrackResult, OutputDir, RunResults, Stats,
-    TrackedProcess, Tracker, TrackerControl, stacks::ProcessStacks,
+    TrackedProcess, Tracker, TrackerControl,
+    record::timeline::{EventKind, Timeline, TimelineEvent},
+    stacks::ProcessStacks,
 };
 
 use crate::error::{Error, Result};
@@ -209,6 +211,8 @@ struct Regions {
     /// Per process, with stacks on: the stacks of its closed regions (each listed, and
     /// their sum as the process scope).
     stacks: HashMap<u32, ProcessStacks>,
+    /// Per process, its closed regions' timelines laid end to end (timelines on).
+    timelines: HashMap<u32, Timeline>,
     /// The region being counted, (pid, uri): a process that ends inside it, or is still
     /// in it when the results are written, lists it as unfinished with what it counted.
     open: Option<(u32, String)>,
@@ -220,13 +224,29 @@ impl Regions {
     /// are listed, an open one last, marked unfinished (the counters `p` has now are
     /// what it counted: they are zeroed at each region's start and end).
     fn apply(&self, mut p: TrackedProcess) -> TrackedProcess {
-        let open = self
-            .open_uri(p.pid)
-            .map(|uri| BenchmarkStats::new(uri.to_string(), p.stats.clone()).into_unfinished());
+        let open = self.open_uri(p.pid).map(|uri| {
+            let mut bench = BenchmarkStats::new(uri.to_string(), p.stats.clone()).into_unfinished();
+            bench.timeline = p.timeline.clone();
+            bench
+        });
         if self.seen {
             let mut total = self.per_process.get(&p.pid).cloned().unwrap_or_default();
             total.merge(&p.stats);
             p.stats = total;
+            // Its timeline is its regions', laid end to end (nothing counts between
+            // them), with an open one's at the end.
+            let current = p.timeline.take();
+            let mut all = self.timelines.get(&p.pid).cloned();
+            if let (Some(all), Some(open)) = (all.as_mut(), &open)
+                && let Some(t) = &open.timeline
+            {
+                memtrack::record::timeline::concat(all, t);
+            }
+            p.timeline = match (all, current) {
+                (Some(all), _) => Some(all),
+                (None, current) if open.is_some() => current,
+                (None, _) => None,
+            };
         }
         p.benchmarks.extend(
             self.benchmarks
@@ -390,6 +410,21 @@ impl MemoryHandler {
         let stats = self.control.process_stats(pid)?;
         // Read before the reset zeroes them with the process's counters.
         let stacks = self.control.stacks(pid);
+        let timeline = self.control.timeline(pid)?.map(|mut t| {
+            let started = self.control.started_ns(pid).unwrap_or(0);
+            t.add_event(TimelineEvent {
+                t_ns: self.opened_ns.saturating_sub(started),
+                what: EventKind::RegionStart { uri: uri.clone() },
+            });
+            t.add_event(TimelineEvent {
+                t_ns: closed_ns.saturating_sub(started),
+                what: EventKind::RegionEnd {
+                    uri: uri.clone(),
+                    unfinished: false,
+                },
+            });
+            t
+        });
         self.control.reset_process(pid)?;
         let mut regions = lock(&self.regions);
         regions.open = None;
@@ -404,9 +439,17 @@ impl MemoryHandler {
                 .add_scope(Some(&uri), &stacks);
         }
         self.last_closed = Some(region_counters(regions.benchmarks.len(), &stats));
-        regions
-            .benchmarks
-            .push((pid, BenchmarkStats::new(uri, stats)));
+        if let Some(t) = &timeline {
+            match regions.timelines.get_mut(&pid) {
+                Some(all) => memtrack::record::timeline::concat(all, t),
+                None => {
+                    regions.timelines.insert(pid, t.clone());
+                }
+            }
+        }
+        let mut bench = BenchmarkStats::new(uri, stats);
+        bench.timeline = timeline;
+        regions.benchmarks.push((pid, bench));
         Ok(None)
     }
 
@@ -430,7 +473,23 @@ impl MemoryHandler {
                 message: format!("process {pid} has no closed region {region}"),
             };
         };
-        regions.benchmarks[index].1.uri = uri.to_owned();
+        let old = std::mem::replace(&mut regions.benchmarks[index].1.uri, uri.to_owned());
+        let rename = |t: &mut Timeline| {
+            for e in &mut t.events {
+                if let EventKind::RegionStart { uri: u } | EventKind::RegionEnd { uri: u, .. } =
+                    &mut e.what
+                    && *u == old
+                {
+                    *u = uri.to_owned();
+                }
+            }
+        };
+        if let Some(t) = regions.benchmarks[index].1.timeline.as_mut() {
+            rename(t);
+        }
+        if let Some(t) = regions.timelines.get_mut(&pid) {
+            rename(t);
+        }
         if let Some(stacks) = regions
             .stacks
             .get_mut(&pid)

@@ -234,6 +234,17 @@ pub mod map_names {
     /// tgid -> times the loader hook fired in that process without stopping the thread
     /// (see [`ld_hook`](super::ld_hook)): lost events of that process.
     pub const LD_HOOK_MISSES: &str = "LD_HOOK_MISSES";
+    /// Per-CPU array, slot -> [`TimelineCpu`](super::timeline::TimelineCpu): the
+    /// bucket each CPU fills of each process.
+    pub const TIMELINE: &str = "TIMELINE";
+    /// Ring buffer of finished buckets ([`TimelineRecord`](super::timeline::TimelineRecord)).
+    pub const TIMELINE_RING: &str = "TIMELINE_RING";
+    /// Array, slot -> [`RssNow`](super::timeline::RssNow): each process's resident
+    /// memory now, by kind.
+    pub const RSS_NOW: &str = "RSS_NOW";
+    /// `rss_stat`'s `mm_id` -> slot: the process an address space belongs to, for
+    /// changes of it made by another task (reclaim, exit).
+    pub const MM_SLOTS: &str = "MM_SLOTS";
 }
 
 /// Names of the programs in the eBPF object (aya-ebpf names a program after its
@@ -261,6 +272,10 @@ pub mod program_names {
     /// walk, through `UNWIND_PROGS` at
     /// [`REMEMBER_PROG_SLOT`](super::stacks::REMEMBER_PROG_SLOT); attached to nothing.
     pub const REMEMBER: &str = "remember_prog";
+    /// The tracepoint program that follows the tracked processes' resident memory.
+    pub const RSS_STAT: &str = "rss_stat";
+    /// The tracepoint [`RSS_STAT`] attaches to (system `kmem`, event `rss_stat`).
+    pub const RSS_STAT_TRACEPOINT: (&str, &str) = ("kmem", "rss_stat");
 }
 
 /// The loader hook: a uprobe on the dynamic loader's `_dl_debug_state` (called after
@@ -370,6 +385,10 @@ pub struct ProcessSlot {
     pub generation: u32,
     /// Whether and which threads are counted.
     pub state: TrackState,
+    /// When the slot's counters were last zeroed (the process's start, or its benchmark
+    /// region's), `CLOCK_MONOTONIC` ns: the origin of its timeline's buckets
+    /// ([`timeline`]).
+    pub origin_ns: u64,
 }
 
 /// Per-function counters inside [`PidStats`].
@@ -459,8 +478,9 @@ pub struct PidStats {
     /// (`stacks::KernelStackCounts`, valgrind DHAT's "tg"). Kept with stacks on only,
     /// the one case it is read in (0 with stacks off).
     pub peak_bytes_allocated: u64,
-    /// Keeps the size a multiple of 8 and leaves room for growth.
-    pub _reserved: [u64; 1],
+    /// Finished timeline buckets of the process that the ring buffer had no room for
+    /// ([`timeline`]): its timeline may miss an extreme around them.
+    pub timeline_lost_buckets: u64,
 }
 
 impl PidStats {
@@ -492,7 +512,7 @@ impl PidStats {
         size_histogram: [0; HISTOGRAM_BUCKETS],
         peak_epoch: 0,
         peak_bytes_allocated: 0,
-        _reserved: [0; 1],
+        timeline_lost_buckets: 0,
     };
 }
 
@@ -809,6 +829,9 @@ pub const LIVE_MORE_GLOBAL: &str = "HAS_LIVE_MORE";
 /// hold together, the capacity beyond `LIVE`'s. With it the three maps and the slots
 /// hold exactly the configured capacity; with 0 no slot is used.
 pub const LIVE_OVERFLOW_CAPACITY_GLOBAL: &str = "LIVE_OVERFLOW_CAPACITY";
+/// Name of the eBPF object's read-only global (`u32`) that turns the timeline on (1) or
+/// off (0: the verifier prunes every timeline step, as with the stacks' depth at 0).
+pub const TIMELINE_GLOBAL: &str = "TIMELINE_ON";
 /// Capacity of the `TRACKED`, `SLOTS` and `STATS` maps (processes tracked at once).
 pub const MAX_TRACKED_PROCESSES: u32 = 4096;
 
@@ -837,6 +860,9 @@ mod pod {
     unsafe impl aya::Pod for super::stacks::ProcessMappings {}
     unsafe impl aya::Pod for super::stacks::KernelStackCounts {}
     unsafe impl aya::Pod for super::stack_cache::StackCacheSlot {}
+    unsafe impl aya::Pod for super::timeline::TimelineCpu {}
+    unsafe impl aya::Pod for super::timeline::TimelineRecord {}
+    unsafe impl aya::Pod for super::timeline::RssNow {}
 }
 
 #[cfg(test)]

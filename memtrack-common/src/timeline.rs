@@ -129,17 +129,17 @@ pub struct TimelineRecord {
     pub bucket: TimelineCpu,
 }
 
-/// The resident memory of one process now, in pages, by kind (the value of the
-/// `RSS_NOW` array at the process's slot), as the kernel's `rss_stat` tracepoint last
-/// said it.
+/// The resident memory of one process now, by kind (the value of the `RSS_NOW` array
+/// at the process's slot): as the kernel's `rss_stat` tracepoint last said it, or as
+/// user space found it in `/proc/PID/status` when it started tracking the process (or
+/// its new image) and no change was seen since.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RssNow {
-    /// The slot's generation the values belong to (a new process in the slot starts
-    /// from its own).
-    pub generation: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// The process the values belong to (a new process in the slot starts from zero).
+    pub tgid: u32,
+    /// The `mm_id` of its address space last learnt (then in `MM_SLOTS`).
+    pub mm_id: u32,
     /// By `rss_stat`'s member: file pages, anonymous pages, swap entries, shared-memory
     /// pages, in bytes.
     pub bytes: [u64; 4],

@@ -28,6 +28,8 @@ pub struct TrackerBuilder {
     count_syscalls: bool,
     stacks: Option<u32>,
     stack_cache: bool,
+    timeline: bool,
+    rss: bool,
 }
 
 impl Default for TrackerBuilder {
@@ -41,6 +43,8 @@ impl Default for TrackerBuilder {
             count_syscalls: true,
             stacks: None,
             stack_cache: true,
+            timeline: true,
+            rss: true,
         }
     }
 }
@@ -140,6 +144,29 @@ impl TrackerBuilder {
         self
     }
 
+    /// Whether each process's memory over time is kept (default: yes): its
+    /// [`Timeline`](crate::record::timeline::Timeline), in
+    /// [`TrackedProcess::timeline`](crate::TrackedProcess::timeline) and
+    /// [`Tracker::timeline`]. Each allocation and release then reads the clock, and the
+    /// bucket it falls in is updated (BENCHMARKS.md measures what that costs a
+    /// malloc+free pair). Off, the verifier prunes it all.
+    pub fn timeline(mut self, keep: bool) -> Self {
+        self.timeline = keep;
+        self
+    }
+
+    /// With [`timeline`](Self::timeline): whether it has the tracked processes' resident
+    /// memory (default: yes), from the kernel's `kmem:rss_stat` tracepoint, attached for
+    /// as long as the tracker exists. Its program runs at every change of any process's
+    /// resident memory on the machine (a page faulted in or out, on any CPU), and
+    /// returns at once for a process that is not tracked (BENCHMARKS.md measures what
+    /// that costs the rest of the machine). Off, nothing is attached there and the
+    /// buckets carry no RSS.
+    pub fn rss(mut self, keep: bool) -> Self {
+        self.rss = keep;
+        self
+    }
+
     /// The settings' range checks, and whether this process and kernel can track at
     /// all: what fails before anything is started.
     fn check(&self) -> Result<()> {
@@ -178,6 +205,8 @@ impl TrackerBuilder {
                 depth,
                 cache: self.stack_cache,
             }),
+            timeline: self.timeline,
+            rss: self.rss,
         }
     }
 

@@ -56,7 +56,7 @@ pub use memtrack_record::{
     AllocatorStatus, BenchmarkStats, DIR_MODE, FILE_MODE, FunctionStats, ImageStats,
     MAX_RESULT_FILE_BYTES, MAX_STACKS_FILE_BYTES, MAX_TREE_DEPTH, MemtrackResult, OutputDir,
     ProbeInfo, RESULT_FILE_SUFFIX, ResultDir, ResultScan, ResultTree, RunResults, SCHEMA_VERSION,
-    SizeBucket, Stats, SyscallStats, TrackedProcess, is_result_file_name, stacks,
+    SizeBucket, Stats, SyscallStats, TrackedProcess, is_result_file_name, stacks, timeline,
 };
 
 pub use builder::TrackerBuilder;

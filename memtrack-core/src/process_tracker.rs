@@ -43,6 +43,7 @@ impl ProcessTracker {
     pub(crate) fn follow(shared: Arc<Shared>, starting: Starting) -> Result<ProcessTracker> {
         let (follower, pid) = starting.finish(shared.clone())?;
         shared.start_live_growth();
+        shared.start_timeline_drain();
         Ok(ProcessTracker {
             shared,
             pid,
@@ -103,6 +104,15 @@ impl ProcessTracker {
     /// [`TrackerBuilder::stacks`](crate::TrackerBuilder::stacks).
     pub fn stack_walks(&self) -> Option<crate::stacks::StackWalks> {
         self.shared.stack_walks()
+    }
+
+    /// The memory over time of process `pid` (a tracked process, running or ended):
+    /// since its last image began (or its counters' last reset), up to now or to its
+    /// exit. `None` when built with
+    /// [`TrackerBuilder::timeline`](crate::TrackerBuilder::timeline)`(false)`, or for a
+    /// process it does not track.
+    pub fn timeline(&self, pid: u32) -> Result<Option<crate::record::timeline::Timeline>> {
+        self.shared.timeline(pid)
     }
 
     /// The probes attached to the root process (what was measured).
@@ -203,6 +213,13 @@ impl TrackerControl {
         self.shared.engine.lock().stacks(pid)
     }
 
+    /// The memory over time of `pid` now (or when it exited), as in
+    /// [`ProcessTracker::timeline`]: read it before
+    /// [`reset_process`](Self::reset_process) ends its scope.
+    pub fn timeline(&self, pid: u32) -> Result<Option<crate::record::timeline::Timeline>> {
+        self.shared.timeline(pid)
+    }
+
     /// Zeroes one process's counters and forgets its live blocks.
     pub fn reset_process(&self, pid: u32) -> Result<()> {
         self.shared.reset_process(pid)
@@ -211,6 +228,16 @@ impl TrackerControl {
     /// One process's counters now (or when it exited).
     pub fn process_stats(&self, pid: u32) -> Result<Stats> {
         self.shared.collect(pid)
+    }
+
+    /// When tracking of `pid` began (`TrackedProcess::started_ns`, `CLOCK_MONOTONIC`
+    /// ns): the origin of its timeline's times.
+    pub fn started_ns(&self, pid: u32) -> Option<u64> {
+        self.shared
+            .registry
+            .lock()
+            .get(&pid)
+            .map(|r| r.process.started_ns)
     }
 
     /// Whether `pid` is a tracked process that has not exited.

@@ -23,6 +23,12 @@ use crate::{
     follow::registry::{ProcessRecord, Registry},
 };
 
+/// How often a tracker of other processes drains the timeline's ring buffer: at the
+/// fastest, a busy process hands over a bucket per CPU every few microseconds at the
+/// start and ever fewer as it ages (at most 1,024 per doubling of its age), so the ring
+/// buffer's thirty thousand records last far longer than this.
+const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How a process's exit was reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExitStatus {
@@ -106,7 +112,7 @@ impl Shared {
             .map(|raw| self.stats(&raw))
             .unwrap_or_default();
         // A receiver that is gone wants no more.
-        let _ = tx.send(record.report(stats));
+        let _ = tx.send(record.report(stats, record.final_timeline.clone()));
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -160,13 +166,67 @@ impl Shared {
         Ok(self.stats(&self.raw_stats(pid)?))
     }
 
-    /// Every tracked process with its counters, ordered by pid.
+    /// Every tracked process with its counters and timeline, ordered by pid.
     pub(crate) fn collect_processes(&self) -> Result<Vec<TrackedProcess>> {
         let records: Vec<ProcessRecord> = self.registry.lock().values().cloned().collect();
         records
             .iter()
-            .map(|record| Ok(record.report(self.collect(record.process.pid)?)))
+            .map(|record| {
+                let stats = self.collect(record.process.pid)?;
+                Ok(record.report(stats, self.timeline_of(record)?))
+            })
             .collect()
+    }
+
+    /// The timeline of `pid`'s current image (or of its benchmark region, since the last
+    /// reset) up to now, or as it was when it exited; None when timelines are off.
+    pub(crate) fn timeline(&self, pid: u32) -> Result<Option<crate::record::timeline::Timeline>> {
+        let Some(record) = self.registry.lock().get(&pid).cloned() else {
+            return Ok(None);
+        };
+        Ok(self.timeline_of(&record)?.map(|mut t| {
+            for event in &record.events {
+                t.add_event(event.clone());
+            }
+            t
+        }))
+    }
+
+    /// The timeline of `record`'s process, without its events.
+    fn timeline_of(
+        &self,
+        record: &ProcessRecord,
+    ) -> Result<Option<crate::record::timeline::Timeline>> {
+        if record.final_stats.is_some() {
+            return Ok(record.final_timeline.clone());
+        }
+        self.engine
+            .lock()
+            .timeline(record.process.pid, record.process.started_ns)
+            .transpose()
+    }
+
+    /// Files the finished timeline buckets the kernel handed over so far.
+    pub(crate) fn drain_timelines(&self) {
+        self.engine.lock().drain_timelines();
+    }
+
+    /// Starts the thread that drains the timeline's ring buffer every
+    /// [`DRAIN_EVERY`] while the tracker exists (its processes may run for hours; the
+    /// ring buffer holds a few thousand finished buckets).
+    pub(crate) fn start_timeline_drain(self: &Arc<Self>) {
+        let host = Arc::downgrade(self);
+        let _ = std::thread::Builder::new()
+            .name("memtrack-timeline".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(DRAIN_EVERY);
+                    let Some(shared) = host.upgrade() else {
+                        return;
+                    };
+                    shared.drain_timelines();
+                }
+            });
     }
 
     /// Zeroes the counters of every tracked process still running.

@@ -98,7 +98,9 @@ impl Tracker {
             engine.reset_stats(pid)?;
             engine.set_state(pid, TrackState::default())?;
             let probes = engine.attach_process(pid)?;
-            let mut record = ProcessRecord::new(pid, std::os::unix::process::parent_id());
+            let started_ns = engine.scope_origin_ns(pid);
+            let mut record =
+                ProcessRecord::new(pid, std::os::unix::process::parent_id(), started_ns);
             record.process.probes = probes;
             record.process.allocator = AllocatorStatus::Probed;
             shared.registry.lock().insert(pid, record);
@@ -179,7 +181,18 @@ impl Tracker {
     /// This process as a tracked process: pid, command line, probes and the counters
     /// of [`collect`](Self::collect) (what a result file holds).
     pub fn process(&self) -> Result<TrackedProcess> {
-        self.uncounted(|| Ok(self.record().report(self.collect()?)))?
+        self.uncounted(|| {
+            let timeline = self.shared.timeline(self.pid)?;
+            Ok(self.record().report(self.collect()?, timeline))
+        })?
+    }
+
+    /// This process's memory over time since the tracker was made or last
+    /// [`reset`](Self::reset), up to now (`None`: built with
+    /// [`TrackerBuilder::timeline`]`(false)`). Not counted, as
+    /// [`probes`](Self::probes).
+    pub fn timeline(&self) -> Result<Option<crate::record::timeline::Timeline>> {
+        self.uncounted(|| self.shared.timeline(self.pid))?
     }
 
     /// This process's record (registered when the tracker was made).

@@ -173,9 +173,10 @@ pub fn new_block(t: &Thread, stats: *mut PidStats, stack: u32, size: u64) -> Liv
 /// Counts a block of `size` requested bytes handed out by `func` (after [`new_block`]
 /// and `live_maps::make_live`), and raises the peak. The blocks handed out are counted in their
 /// size's histogram bucket alone, and the live blocks not at all: user space derives
-/// both (`PidStats::alloc_calls`, `PidStats::live_blocks`).
+/// both (`PidStats::alloc_calls`, `PidStats::live_blocks`). Returns the live bytes after
+/// it (None: the update could not read them back, a lost event).
 #[inline(always)]
-pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
+pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) -> Option<u64> {
     // SAFETY (whole block): stats points into a live map value; indexes are checked.
     unsafe {
         // Before `live_bytes`: `bytes_freed` is the one less the other (PidStats), so a
@@ -189,7 +190,8 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
             atomics::add(&raw mut (*stats).size_histogram[bucket], 1);
         }
         let live = &raw mut (*stats).live_bytes;
-        match atomics::add_fetch(live, size) {
+        let after = atomics::add_fetch(live, size);
+        match after {
             Some(now_live) => {
                 match atomics::raise_to(&raw mut (*stats).peak_live_bytes, now_live) {
                     Some(true) => {
@@ -217,6 +219,7 @@ pub fn count_alloc(stats: *mut PidStats, func: u32, size: u64) {
                 atomics::add(&raw mut (*stats).lost_events, 1);
             }
         }
+        after
     }
 }
 
@@ -237,15 +240,29 @@ pub fn take_old_block(t: &Thread, ptr: u64) {
     }
 }
 
-/// A known block of `size` bytes was released; `credit` is the free-like function's
-/// counter slot to credit the bytes to (None for realloc's release). The live blocks
-/// and the bytes released are not counted: user space derives them (`PidStats`).
+/// A known block of `size` bytes was released by thread `t`; `credit` is the
+/// free-like function's counter slot to credit the bytes to (None for realloc's
+/// release). The live blocks and the bytes released are not counted: user space
+/// derives them (`PidStats`). The live bytes' new value goes into the timeline.
 #[inline(always)]
-pub fn record_release(stats: *mut PidStats, credit: Option<u32>, size: u64) {
+pub fn record_release(t: &Thread, stats: *mut PidStats, credit: Option<u32>, size: u64) {
     // SAFETY: stats points into a live map value; index checked.
     unsafe {
         atomics::add(&raw mut (*stats).free_calls, 1);
-        atomics::sub(&raw mut (*stats).live_bytes, size);
+        let live = &raw mut (*stats).live_bytes;
+        if crate::timeline::on() {
+            match atomics::add_fetch(live, size.wrapping_neg()) {
+                Some(after) => {
+                    crate::timeline::heap(t.slot, t.tgid(), stats, after.wrapping_add(size), after)
+                }
+                None => {
+                    atomics::sub(live, size);
+                    atomics::add(&raw mut (*stats).lost_events, 1);
+                }
+            }
+        } else {
+            atomics::sub(live, size);
+        }
         if let Some(slot) = credit.and_then(slot) {
             atomics::add(&raw mut (*stats).funcs[slot].bytes, size);
         }
@@ -280,7 +297,7 @@ pub fn release(t: &Thread, stats: *mut PidStats, func: u32, ptr: u64, entry_sp: 
         Some(block) => {
             count_call(stats, func);
             crate::unwind::charge_release(stats, t.tgid(), &block);
-            record_release(stats, Some(func), block.size);
+            record_release(t, stats, Some(func), block.size);
         }
         None => {
             let forward =

@@ -25,11 +25,15 @@ mod live_slots;
 #[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
+mod rss;
+#[cfg(target_arch = "bpf")]
 mod stack_cache;
 #[cfg(target_arch = "bpf")]
 mod syscalls;
 #[cfg(target_arch = "bpf")]
 mod thread;
+#[cfg(target_arch = "bpf")]
+mod timeline;
 #[cfg(target_arch = "bpf")]
 mod unwind;
 #[cfg(target_arch = "bpf")]

@@ -12,7 +12,7 @@ use aya_ebpf::{
     btf_maps::ArrayOfMaps,
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_get},
     macros::{btf_map, map},
-    maps::{Array, HashMap, PerCpuArray, ProgramArray},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use memtrack_common::{
     DEFAULT_MAX_LIVE_BLOCKS, DEFAULT_PREALLOCATED_LIVE_BLOCKS, LiveBlock, LiveKey, LiveSlot,
@@ -22,6 +22,7 @@ use memtrack_common::{
         KernelStackCounts, LastStack, ProcessMappings, RowCache, StackKey, StackWindow,
         UNWIND_PROGS_SLOTS, WalkState,
     },
+    timeline::{RING_BYTES, RssNow, TimelineCpu},
     unwind::UnwindRow,
 };
 
@@ -241,6 +242,28 @@ pub static UNWIND_PROGS: ProgramArray = ProgramArray::with_max_entries(UNWIND_PR
 /// inserts into it.
 #[map]
 pub static LD_HOOK_STOPS: HashMap<u32, u32> = HashMap::with_max_entries(ld_hook::MAX_STOPS, 0);
+
+/// slot -> the bucket this CPU fills of that process's timeline (timeline.rs). Per CPU,
+/// so no two CPUs write one entry; user space reads every CPU's at the end.
+#[map]
+pub static TIMELINE: PerCpuArray<TimelineCpu> =
+    PerCpuArray::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+
+/// Finished timeline buckets (`memtrack_common::timeline::TimelineRecord`), read by
+/// user space as they come.
+#[map]
+pub static TIMELINE_RING: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+
+/// slot -> the process's resident memory now, by kind (rss.rs).
+#[map]
+pub static RSS_NOW: Array<RssNow> = Array::with_max_entries(MAX_TRACKED_PROCESSES, 0);
+
+/// `rss_stat`'s `mm_id` -> slot, for a tracked process's address space, learnt from its
+/// own threads' changes, so that changes another task makes to it (reclaim, the
+/// process's exit) are its too. Preallocated: the tracepoint inserts into it, in
+/// contexts that must not allocate. Deleted by user space when the process is forgotten.
+#[map]
+pub static MM_SLOTS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_PROCESSES, 0);
 
 /// tgid -> times the loader hook fired in the process without stopping the thread
 /// (ld_hook.rs). Inserted (zeroed) by user space when it hooks a process.

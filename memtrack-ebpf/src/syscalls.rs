@@ -21,6 +21,7 @@ use aya_ebpf::{
 use crate::{
     atomics,
     thread::{self, current},
+    timeline,
 };
 
 /// x86_64 syscall numbers.
@@ -35,12 +36,6 @@ fn reg(field: *const u64) -> u64 {
     unsafe { bpf_probe_read_kernel(field) }.unwrap_or(u64::MAX)
 }
 
-/// The counters of the calling process, if it is counted now.
-#[inline(always)]
-fn counted_stats() -> Option<*mut memtrack_common::PidStats> {
-    thread::counted_process_stats(current())
-}
-
 /// `sys_exit(struct pt_regs *regs, long ret)`. The program's name and its tracepoint are
 /// `memtrack_common::program_names::{SYS_EXIT, SYS_EXIT_TRACEPOINT}` (the macro takes
 /// only a literal; memtrack-core's loader.rs tests `ebpf_object_*` tie them).
@@ -52,7 +47,8 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     if nr != SYS_MMAP && nr != SYS_MUNMAP && nr != SYS_BRK {
         return 0;
     }
-    let Some(stats) = counted_stats() else {
+    let pid_tgid = current();
+    let Some((slot, stats)) = thread::counted_process(pid_tgid) else {
         return 0;
     };
     let ret: i64 = ctx.arg(1);
@@ -77,8 +73,16 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
             }
         }
         SYS_BRK => brk(stats, ret as u64),
-        _ => {}
+        _ => return 0,
     }
+    // SAFETY: stats points into a live map value.
+    let mapped = unsafe {
+        atomics::load(&raw const (*stats).mmap_bytes)
+            .wrapping_sub(atomics::load(&raw const (*stats).munmap_bytes))
+            .wrapping_add(atomics::load(&raw const (*stats).brk_grown_bytes))
+            .wrapping_sub(atomics::load(&raw const (*stats).brk_shrunk_bytes))
+    };
+    timeline::mapped(slot, thread::tgid_of(pid_tgid), stats, mapped);
     0
 }
 

@@ -126,9 +126,34 @@ impl Thread {
 /// counters.
 #[inline(always)]
 pub fn counted_process_stats(pid_tgid: u64) -> Option<*mut PidStats> {
+    counted_process(pid_tgid).map(|(_, stats)| stats)
+}
+
+/// [`counted_process_stats`] with the process's slot.
+#[inline(always)]
+pub fn counted_process(pid_tgid: u64) -> Option<(u32, *mut PidStats)> {
     let (slot, owner) = find_slot(tgid_of(pid_tgid))?;
     if !owner.state.counts(pid_tgid as u32) {
         return None;
     }
-    STATS.get_ptr_mut(slot)
+    Some((slot, STATS.get_ptr_mut(slot)?))
+}
+
+/// The slot of process `tgid` and its counters, when the process is tracked and
+/// counted now (any of its threads: for events no thread of it caused, as the
+/// resident memory's).
+#[inline(always)]
+pub fn counted_slot(tgid: u32) -> Option<(u32, *mut PidStats)> {
+    let (slot, owner) = find_slot(tgid)?;
+    counted_at(slot, owner)
+}
+
+/// The counters of the process in `slot` (owned as `owner` says) when it is counted
+/// now.
+#[inline(always)]
+pub fn counted_at(slot: u32, owner: ProcessSlot) -> Option<(u32, *mut PidStats)> {
+    if owner.state.enabled == 0 {
+        return None;
+    }
+    Some((slot, STATS.get_ptr_mut(slot)?))
 }

@@ -53,7 +53,9 @@ pub extern "C" fn memtrack_record_alloc(
     let func = func_stack as u32;
     let block = account::new_block(&t, stats, (func_stack >> 32) as u32, size);
     make_live(&t, stats, addr, &block);
-    account::count_alloc(stats, func, size);
+    if let Some(after) = account::count_alloc(stats, func, size) {
+        crate::timeline::heap(t.slot, t.tgid(), stats, after.wrapping_sub(size), after);
+    }
     0
 }
 
@@ -182,7 +184,7 @@ fn realloc_return_body(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) 
     } else if ret != 0 {
         if known {
             crate::unwind::charge_release(stats, tgid, &old_block(p));
-            account::record_release(stats, None, p.old_size);
+            account::record_release(t, stats, None, p.old_size);
             account::record_resize_direction(stats, p.func, p.old_size, p.size);
         } else {
             account::record_unmatched(stats);
@@ -191,7 +193,7 @@ fn realloc_return_body(t: &Thread, stats: *mut PidStats, p: &Pending, ret: u64) 
     } else if p.size == 0 && p.flags & pending_flags::OVERFLOW == 0 {
         if known {
             crate::unwind::charge_release(stats, tgid, &old_block(p));
-            account::record_release(stats, None, p.old_size);
+            account::record_release(t, stats, None, p.old_size);
         } else {
             account::record_unmatched(stats);
         }

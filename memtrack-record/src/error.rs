@@ -196,7 +196,7 @@ pub enum FileRefused {
         scope: String,
         /// What is wrong.
         #[source]
-        cause: crate::timeline::InvalidTimeline,
+        cause: Box<crate::timeline::InvalidTimeline>,
     },
     /// Stacks whose references do not hold together.
     #[error(transparent)]

@@ -182,7 +182,10 @@ impl TrackedProcess {
             if let Some(timeline) = timeline {
                 timeline
                     .validate(stats.peak_live_bytes)
-                    .map_err(|cause| crate::FileRefused::Timeline { scope, cause })?;
+                    .map_err(|cause| crate::FileRefused::Timeline {
+                        scope,
+                        cause: Box::new(cause),
+                    })?;
             }
         }
         Ok(())

@@ -290,7 +290,8 @@ mod tests {
             peak_epoch: _,
             // The peak's time on the stacks' allocation clock (stacks.rs reads it).
             peak_bytes_allocated: _,
-            _reserved: _,
+            // The timeline's losses (timeline.rs reports them), not a heap counter.
+            timeline_lost_buckets: _,
             funcs,
             size_histogram: _,
         } = PidStats::ZERO;

@@ -246,6 +246,17 @@ impl Timeline {
         Ok(())
     }
 
+    /// Moves every bucket and event `ns` later: for a timeline whose times count from a
+    /// later start than the process's (an in-process tracker made after the first).
+    pub fn shift(&mut self, ns: u64) {
+        for bucket in &mut self.buckets {
+            bucket.t_ns = bucket.t_ns.saturating_add(ns);
+        }
+        for event in &mut self.events {
+            event.t_ns = event.t_ns.saturating_add(ns);
+        }
+    }
+
     /// Adds `event`, keeping the events in time order (after those at the same time).
     pub fn add_event(&mut self, event: TimelineEvent) {
         let at = self.events.partition_point(|e| e.t_ns <= event.t_ns);
@@ -297,6 +308,8 @@ pub struct TimelineBuilder {
     /// Where the scope's origin is, ns since the process started.
     origin_ns: u64,
     lost_buckets: u64,
+    /// The resident memory at the origin (anonymous, file, shared memory), in bytes.
+    rss_start: [u64; 3],
 }
 
 /// The combined values of one grid bucket.
@@ -354,6 +367,12 @@ impl TimelineBuilder {
         self.samples.push(sample);
     }
 
+    /// Sets the resident memory at the origin (anonymous, file, shared memory bytes):
+    /// the resident memory before the scope's first change of it (0 unless set).
+    pub fn rss_start(&mut self, start: [u64; 3]) {
+        self.rss_start = start;
+    }
+
     /// Counts `n` kernel buckets that were lost.
     pub fn lose(&mut self, n: u64) {
         self.lost_buckets += n;
@@ -362,7 +381,8 @@ impl TimelineBuilder {
     /// The timeline of a scope that lasted `duration_ns` from its origin, ending with
     /// `live_end` live heap bytes (its counters' `live_bytes`), starting from 0. With
     /// `mapped`/`rss`, those series are kept (None where they were not recorded):
-    /// before their first sample, a series is 0; after its last, it keeps its last
+    /// before their first sample, the mapped bytes are 0 and the resident memory is
+    /// [`rss_start`](Self::rss_start)'s; after its last sample, a series keeps its last
     /// value.
     pub fn finish(self, duration_ns: u64, live_end: u64, mapped: bool, rss: bool) -> Timeline {
         let widest = self.samples.iter().map(|s| s.width_ns).max().unwrap_or(0);
@@ -386,7 +406,7 @@ impl TimelineBuilder {
             let i = ((s.start_ns / width) as usize).min(count - 1);
             cells[i].add(s);
         }
-        let (mut heap, mut mapped_now, mut rss_now) = (0u64, 0u64, [0u64; 3]);
+        let (mut heap, mut mapped_now, mut rss_now) = (0u64, 0u64, self.rss_start);
         let mut buckets = Vec::with_capacity(count);
         for (i, cell) in cells.iter().enumerate() {
             let t_ns = self.origin_ns + i as u64 * width;

@@ -128,3 +128,33 @@ pub fn run_under_runner(
         dir,
     }
 }
+
+/// Checks the timeline a benchmark kept of the iteration it counted: there, valid, its
+/// highest bucket the benchmark's peak, its end the bytes live at the region's end, and
+/// the region's start and end among its events, in that order.
+pub fn check_benchmark_timeline(bench: &memtrack::BenchmarkStats) {
+    use memtrack::timeline::EventKind;
+    let uri = &bench.uri;
+    let t = bench
+        .timeline
+        .as_ref()
+        .unwrap_or_else(|| panic!("{uri}: no timeline"));
+    t.validate(bench.stats.peak_live_bytes)
+        .unwrap_or_else(|e| panic!("{uri}: {e}"));
+    assert_eq!(t.max_bytes(), bench.stats.peak_live_bytes, "{uri}: {t:#?}");
+    assert_eq!(t.end_bytes(), bench.stats.live_bytes, "{uri}: {t:#?}");
+    assert_eq!(t.lost_buckets, 0, "{uri}");
+    let at = |start: bool| {
+        t.events.iter().position(|e| match &e.what {
+            EventKind::RegionStart { uri: u } => start && u == uri,
+            EventKind::RegionEnd { uri: u, .. } => !start && u == uri,
+            _ => false,
+        })
+    };
+    let (start, end) = (at(true), at(false));
+    assert!(
+        start.is_some() && end.is_some() && start < end,
+        "{uri}: region events {:#?}",
+        t.events
+    );
+}

@@ -33,6 +33,7 @@ use fifo_protocol::{FifoClient, IntegrationMode, Marker, now_ns};
 use memtrack::{
     BenchmarkStats, MemtrackResult, RESULT_FILE_SUFFIX, Scope, Stats, TrackedProcess, Tracker,
     stacks::{ProcessStacks, is_stacks_file_name, stacks_file_name},
+    timeline::{EventKind, Timeline, TimelineEvent},
 };
 
 /// Runs `job` on the session's helper thread, where the in-process tracker is made, read
@@ -97,8 +98,9 @@ pub enum Backend {
     /// A tracker per counted iteration; `process` is this process's record from the
     /// last one (pid, command line, probes), for the result file.
     InProcess {
-        /// The record of the last counted iteration's tracker, without its counters
-        /// (boxed: it is large, and the session holds one backend).
+        /// The record of the first counted iteration's tracker, without its counters
+        /// (boxed: it is large, and the session holds one backend); its `started_ns`
+        /// is where the benchmarks' timelines count from.
         process: Option<Box<TrackedProcess>>,
     },
     /// Nothing counts.
@@ -116,6 +118,9 @@ pub struct Session {
     /// With [`STACKS_ENV`] set, in-process: the call stacks of each counted iteration,
     /// by uri, in order.
     stacks: Vec<(String, ProcessStacks)>,
+    /// In-process: the timeline of the iteration counted last, until
+    /// [`record`](Self::record) keeps it with its counters.
+    timeline: Option<Timeline>,
 }
 
 static SESSION: OnceLock<Mutex<Session>> = OnceLock::new();
@@ -155,6 +160,22 @@ fn handshake(client: &mut FifoClient, integration: &str) -> Result<(), String> {
     }
 }
 
+/// The start (`start`) or the end of region `uri` at `t_ns`.
+fn region_event(t_ns: u64, uri: &str, start: bool) -> TimelineEvent {
+    let uri = uri.to_string();
+    TimelineEvent {
+        t_ns,
+        what: if start {
+            EventKind::RegionStart { uri }
+        } else {
+            EventKind::RegionEnd {
+                uri,
+                unfinished: false,
+            }
+        },
+    }
+}
+
 /// A tracker of this whole process, as every counted iteration uses, recording call
 /// stacks when [`STACKS_ENV`] asks for them.
 fn process_tracker() -> memtrack::Result<Tracker> {
@@ -178,6 +199,7 @@ impl Session {
             measured: HashMap::new(),
             recorded: Vec::new(),
             stacks: Vec::new(),
+            timeline: None,
         };
         let _ = MODE.set(session.mode());
         session
@@ -267,8 +289,12 @@ impl Session {
         let (output, stats) = self.measure(uri, routine);
         drop(output);
         let stats = stats?;
-        let recorded = &mut self.recorded;
-        helper::run(|| recorded.push(BenchmarkStats::new(uri, stats)));
+        let (recorded, timeline) = (&mut self.recorded, self.timeline.take());
+        helper::run(|| {
+            let mut bench = BenchmarkStats::new(uri, stats);
+            bench.timeline = timeline;
+            recorded.push(bench);
+        });
         self.recorded.last().map(|bench| &bench.stats)
     }
 
@@ -335,16 +361,30 @@ impl Session {
                 let output = routine();
                 let stopped = tracker.stop();
                 let end_ns = memtrack::monotonic_ns();
-                let all_stacks = &mut self.stacks;
+                let (all_stacks, last_timeline) = (&mut self.stacks, &mut self.timeline);
                 let counted = helper::run(|| {
                     let counted = stopped.and_then(|()| {
                         let stats = tracker.collect()?;
-                        Ok((stats, tracker.process()?, tracker.stacks()))
+                        let timeline = tracker.timeline()?;
+                        Ok((stats, tracker.process()?, tracker.stacks(), timeline))
                     });
                     // Closed before anything else runs: the caller may time next.
                     tracker.close();
-                    let (stats, record, stacks) = counted?;
-                    *process = Some(Box::new(record));
+                    let (stats, record, stacks, timeline) = counted?;
+                    // Every benchmark's times count from the first tracker's start (the
+                    // process record kept), as a runner's regions count from the
+                    // process's.
+                    let started_ns = process.as_ref().map_or(record.started_ns, |p| p.started_ns);
+                    *last_timeline = timeline.map(|mut t| {
+                        t.shift(record.started_ns.saturating_sub(started_ns));
+                        let since = |ns: u64| ns.saturating_sub(started_ns);
+                        t.add_event(region_event(since(start_ns), uri, true));
+                        t.add_event(region_event(since(end_ns), uri, false));
+                        t
+                    });
+                    if process.is_none() {
+                        *process = Some(Box::new(record));
+                    }
                     if let Some(mut stacks) = stacks {
                         stacks.process.start_ns = start_ns;
                         stacks.process.end_ns = end_ns;
@@ -526,6 +566,7 @@ mod tests {
             measured: HashMap::new(),
             recorded: Vec::new(),
             stacks: Vec::new(),
+            timeline: None,
         };
         let dir = tempfile::tempdir().expect("a temporary directory");
         // Started beforehand: starting the helper thread allocates on this one.
@@ -569,6 +610,7 @@ mod tests {
             measured: HashMap::new(),
             recorded: Vec::new(),
             stacks: Vec::new(),
+            timeline: None,
         };
         assert!(!s.was_measured("a"));
         assert_eq!(s.unique_uri("a"), "a");

@@ -98,6 +98,7 @@ impl Counters {
             .set(slot.index, PidStats::ZERO, 0)
             .map_err(map_err(map_names::STATS))?;
         slot.value.generation = self.slots.next_generation();
+        slot.value.origin_ns = crate::monotonic_ns();
         self.write_slot(pid, slot)?;
         Ok(slot.value.generation)
     }
@@ -140,6 +141,11 @@ impl Counters {
             return true;
         };
         counting || stats.live_blocks() != 0 || stats.free_calls != 0 || stats.lost_events != 0
+    }
+
+    /// The slot `pid` owns, if it has one.
+    pub(crate) fn slot_of(&self, pid: u32) -> Option<OwnedSlot> {
+        self.slots.owned.get(&pid).copied()
     }
 
     /// How many processes own a slot.

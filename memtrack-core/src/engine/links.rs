@@ -36,8 +36,9 @@ struct ProcessLinks {
 /// Every link of a tracker, by process, and the programs they attach.
 pub(crate) struct Links {
     processes: BTreeMap<u32, ProcessLinks>,
-    /// The syscall counter's link, owned like the uprobe links (None: not counted).
-    syscalls: Option<Detachable>,
+    /// The tracker-wide links (the syscall counter's raw tracepoint, the RSS
+    /// tracepoint), owned like the uprobe links.
+    kernel: Vec<Detachable>,
     pub(crate) programs: UprobePrograms,
     placement: ProbePlacement,
     /// Chosen sites by (object, function file offset): decoding is done once per
@@ -46,15 +47,15 @@ pub(crate) struct Links {
 }
 
 impl Links {
-    /// No process attached yet; `syscalls` is the syscall counter's link, if it counts.
+    /// No process attached yet; `kernel` are the tracker-wide links.
     pub(crate) fn new(
         programs: UprobePrograms,
         placement: ProbePlacement,
-        syscalls: Option<Detachable>,
+        kernel: Vec<Detachable>,
     ) -> Self {
         Links {
             processes: BTreeMap::new(),
-            syscalls,
+            kernel,
             programs,
             placement,
             sites: HashMap::new(),
@@ -227,7 +228,7 @@ impl Links {
         std::mem::take(&mut self.processes)
             .into_values()
             .flat_map(|p| p.links)
-            .chain(self.syscalls.take())
+            .chain(std::mem::take(&mut self.kernel))
             .collect()
     }
 }

@@ -29,6 +29,8 @@ mod object;
 mod perf_uprobe;
 pub(crate) mod programs;
 mod slots;
+mod timeline;
+mod tracepoint;
 mod unwind_chain;
 pub(crate) mod uprobe_multi;
 
@@ -57,10 +59,12 @@ use self::{
     maps::{map_err, map_from_fd},
     object::Object,
     programs::{load_uprobe_programs, program_err},
+    timeline::{TimelineSettings, Timelines},
 };
 use crate::{
     ProbeInfo,
     error::{Error, Result},
+    record::timeline::Timeline,
     stacks::{ProcessStacks, StackWalks},
 };
 
@@ -99,6 +103,11 @@ pub(crate) struct EngineSettings {
     pub(crate) count_syscalls: bool,
     /// Stacks, if they are recorded.
     pub(crate) stacks: Option<StackSettings>,
+    /// Whether each process's timeline is kept.
+    pub(crate) timeline: bool,
+    /// With `timeline`: whether it has the resident memory (the `rss_stat` tracepoint
+    /// attached).
+    pub(crate) rss: bool,
 }
 
 /// The loaded eBPF object, its maps, and the links attached per process.
@@ -115,6 +124,8 @@ pub(crate) struct Engine {
     links: Links,
     /// Stack tables and counters (None: stacks off).
     stacks: Option<KernelStacks>,
+    /// The timelines' maps and finished buckets (None: timelines off).
+    timelines: Option<Timelines>,
 }
 
 impl Engine {
@@ -129,7 +140,11 @@ impl Engine {
             links,
             count_syscalls,
             stacks,
+            timeline,
+            rss,
         } = settings;
+        let rss = timeline && rss;
+        let timeline_on = u32::from(timeline).to_ne_bytes();
         let depth = stacks.map_or(0, |s| s.depth).to_ne_bytes();
         let stack_cache = u32::from(stacks.is_some_and(|s| s.cache)).to_ne_bytes();
         // A tracker of other processes reserves part of the preallocated entries later
@@ -147,6 +162,7 @@ impl Engine {
             (memtrack_common::LIVE_ON_DEMAND_GLOBAL, &has_on_demand),
             (memtrack_common::LIVE_MORE_GLOBAL, &has_more),
             (memtrack_common::LIVE_OVERFLOW_CAPACITY_GLOBAL, &overflow),
+            (memtrack_common::TIMELINE_GLOBAL, &timeline_on),
         ];
         let mut max_entries = vec![
             (map_names::LIVE, split.at_load),
@@ -190,10 +206,13 @@ impl Engine {
             e => Error::Load(e),
         })?;
         let programs = load_uprobe_programs(&object, links, stacks.is_some(), loading)?;
-        let syscalls = match count_syscalls {
-            true => Some(attach_syscall_counter(&object)?),
-            false => None,
-        };
+        let mut kernel_links = Vec::new();
+        if count_syscalls {
+            kernel_links.push(attach_syscall_counter(&object)?);
+        }
+        if rss {
+            kernel_links.push(attach_rss_tracepoint(&object)?);
+        }
         // The growth thread reads GLOBAL through a handle of its own.
         let global_for_growth = match split.later {
             0 => None,
@@ -209,13 +228,24 @@ impl Engine {
             Some(s) => Some(KernelStacks::new(&mut object, s.depth)?),
             None => None,
         };
+        let timelines = match timeline {
+            true => Some(Timelines::take(
+                &mut object,
+                TimelineSettings {
+                    mapped: count_syscalls,
+                    rss,
+                },
+            )?),
+            false => None,
+        };
         Ok(Engine {
             counters: Counters::take(&mut object)?,
             live,
             global: Global::take(&mut object)?,
             hooks: HookMaps::take(&mut object)?,
-            links: Links::new(programs, placement, syscalls),
+            links: Links::new(programs, placement, kernel_links),
             stacks,
+            timelines,
             object,
         })
     }
@@ -337,11 +367,20 @@ impl Engine {
             }
         }
         let may_have_blocks = self.counters.may_have_live_blocks(pid, true);
+        if let (Some(timelines), Some(slot)) = (&mut self.timelines, self.counters.slot_of(pid)) {
+            timelines.forget(pid, slot.index);
+        }
         self.counters.release(pid);
         self.hooks.forget(pid);
         if may_have_blocks {
             self.live.purge(&mut self.global, pid, None);
         }
+    }
+
+    /// When the current scope of `pid` began (its timeline's origin: its slot was taken
+    /// or its counters last reset), `CLOCK_MONOTONIC` ns; None when it has no slot.
+    pub(crate) fn scope_origin_ns(&self, pid: u32) -> Option<u64> {
+        self.counters.slot_of(pid).map(|slot| slot.value.origin_ns)
     }
 
     /// Zeroes the counters of `pid` and forgets its live blocks (their later frees count
@@ -350,6 +389,9 @@ impl Engine {
     pub(crate) fn reset_stats(&mut self, pid: u32) -> Result<()> {
         let may_have_blocks = self.counters.may_have_live_blocks(pid, false);
         let generation = self.counters.reset(pid)?;
+        if let Some(timelines) = &mut self.timelines {
+            timelines.reset(pid, generation);
+        }
         self.hooks.reset(pid)?;
         if may_have_blocks {
             // The blocks recorded since the new generation are kept in the slots (the
@@ -360,6 +402,36 @@ impl Engine {
             stacks.reset(pid);
         }
         Ok(())
+    }
+
+    /// The timeline of `pid`'s current scope (since its start, or its counters' last
+    /// reset) up to now, its times ns since `process_start_ns` (`CLOCK_MONOTONIC`); None
+    /// when timelines are off or `pid` has no slot.
+    pub(crate) fn timeline(&mut self, pid: u32, process_start_ns: u64) -> Option<Result<Timeline>> {
+        let slot = self.counters.slot_of(pid)?;
+        let stats = match self.read_stats(pid) {
+            Ok(stats) => stats,
+            Err(e) => return Some(Err(e)),
+        };
+        let timelines = self.timelines.as_mut()?;
+        Some(timelines.read(pid, slot, &stats, process_start_ns))
+    }
+
+    /// Sets `pid`'s resident memory now from `/proc` (a process or image first seen),
+    /// where the timeline has it.
+    pub(crate) fn seed_rss(&mut self, pid: u32) {
+        if let (Some(timelines), Some(slot)) = (&mut self.timelines, self.counters.slot_of(pid)) {
+            timelines.seed_rss(pid, slot.index);
+        }
+    }
+
+    /// Files the finished timeline buckets the kernel handed over so far (the ring
+    /// buffer holds a few thousand: a tracker of long-running processes drains it now
+    /// and then).
+    pub(crate) fn drain_timelines(&mut self) {
+        if let Some(timelines) = &mut self.timelines {
+            timelines.drain();
+        }
     }
 
     /// The preallocated live-block entries reserved after load (live/growth.rs).
@@ -440,6 +512,18 @@ fn attach_syscall_counter(object: &Object) -> Result<Detachable> {
     Ok(Box::new(link))
 }
 
+/// Loads the resident-memory program and attaches it to `kmem:rss_stat` (it runs on
+/// every CPU: see tracepoint.rs).
+fn attach_rss_tracepoint(object: &Object) -> Result<Detachable> {
+    let name = program_names::RSS_STAT;
+    let program = object
+        .load_program(name, bpf_prog_type::BPF_PROG_TYPE_TRACEPOINT, None)
+        .map_err(program_err(name))?;
+    let link = tracepoint::attach(program.as_fd(), program_names::RSS_STAT_TRACEPOINT)
+        .map_err(program_err(name))?;
+    Ok(Box::new(link))
+}
+
 /// A second handle of map `name` of `object` (which keeps the first), as a `T`.
 fn second_handle<T>(object: &Object, name: &'static str) -> Result<Option<T>>
 where
@@ -491,6 +575,8 @@ mod tests {
                 links: super::UprobeLinks::default(),
                 count_syscalls: false,
                 stacks: None,
+                timeline: false,
+                rss: false,
             },
             super::Loading::Here,
         );
@@ -532,6 +618,8 @@ mod tests {
                         links,
                         count_syscalls: false,
                         stacks,
+                        timeline: true,
+                        rss: false,
                     },
                     super::Loading::Here,
                 )

@@ -42,8 +42,9 @@ impl Slots {
         self.generation
     }
 
-    /// A free slot for `pid`, owned by it with a new generation and counting off (not
-    /// yet in `owned`: the caller records it once the kernel's maps hold it).
+    /// A free slot for `pid`, owned by it with a new generation, its timeline's origin
+    /// now and counting off (not yet in `owned`: the caller records it once the
+    /// kernel's maps hold it).
     pub(crate) fn take(&mut self, pid: u32) -> Result<OwnedSlot> {
         let index = self.free.pop().ok_or(Error::TooManyProcesses {
             pid,
@@ -55,6 +56,7 @@ impl Slots {
                 tgid: pid,
                 generation: self.next_generation(),
                 state: TrackState::default(),
+                origin_ns: crate::monotonic_ns(),
             },
         })
     }

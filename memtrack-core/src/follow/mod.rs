@@ -55,6 +55,7 @@ use crate::{
     AllocatorStatus, ImageStats,
     engine::HookProgram,
     error::{Error, FollowerEnd, Result, SpawnFailure},
+    record::timeline::EventKind,
     shared::Shared,
 };
 
@@ -464,7 +465,7 @@ impl FollowState {
     /// Adds a process to the registry with zeroed counters and the current enable state.
     fn register_process(&mut self, pid: u32, ppid: u32) {
         let enabled = self.shared.enabled();
-        {
+        let started_ns = {
             let mut engine = self.shared.engine.lock();
             let _ = engine.reset_stats(pid);
             let _ = engine.set_state(
@@ -474,11 +475,14 @@ impl FollowState {
                     tid: 0,
                 },
             );
+            engine.seed_rss(pid);
+            engine.scope_origin_ns(pid)
+        };
+        let mut registry = self.shared.registry.lock();
+        if let Some(parent) = registry.get_mut(&ppid) {
+            parent.note(EventKind::Child { pid });
         }
-        self.shared
-            .registry
-            .lock()
-            .insert(pid, ProcessRecord::new(pid, ppid));
+        registry.insert(pid, ProcessRecord::new(pid, ppid, started_ns));
     }
 
     /// Attaches probes for whatever allocator `pid` has mapped; records the outcome.
@@ -520,17 +524,29 @@ impl FollowState {
     /// A process exec'd: its counters so far belong to the image it left (kept in the
     /// record); the new image starts from zero.
     fn close_image(&mut self, pid: u32) {
-        let stats = {
+        let started = self
+            .shared
+            .registry
+            .lock()
+            .get(&pid)
+            .map_or(0, |r| r.process.started_ns);
+        let (stats, timeline) = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(pid).ok();
+            let timeline = engine.timeline(pid, started).and_then(|t| t.ok());
             let _ = engine.reset_stats(pid);
-            stats
+            (stats, timeline)
         };
         if let (Some(stats), Some(record)) = (stats, self.shared.registry.lock().get_mut(&pid)) {
-            record.process.earlier_images.push(ImageStats::new(
-                record.process.command.clone(),
-                self.shared.stats(&stats),
-            ));
+            let mut image =
+                ImageStats::new(record.process.command.clone(), self.shared.stats(&stats));
+            image.timeline = timeline.map(|mut t| {
+                for event in record.events.drain(..) {
+                    t.add_event(event);
+                }
+                t
+            });
+            record.process.earlier_images.push(image);
         }
     }
 
@@ -548,7 +564,10 @@ impl FollowState {
         self.holds.reached(Hold::Exec, pid);
         if let Some(record) = self.shared.registry.lock().get_mut(&pid) {
             record.process.command = registry::read_cmdline(pid);
+            let command = record.process.command.clone();
+            record.note(EventKind::Exec { command });
         }
+        self.shared.engine.lock().seed_rss(pid);
         let p = Pid::from_raw(pid as i32);
         self.attach_now(pid);
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
@@ -675,18 +694,26 @@ impl FollowState {
             return;
         }
         self.exec_wait.remove(&tid);
-        let final_stats = {
+        let started = self
+            .shared
+            .registry
+            .lock()
+            .get(&tid)
+            .map_or(0, |r| r.process.started_ns);
+        let (final_stats, final_timeline) = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(tid).ok();
+            let timeline = engine.timeline(tid, started).and_then(|t| t.ok());
             engine.detach_process(tid);
             engine.forget(tid);
-            stats
+            (stats, timeline)
         };
         if let Some(record) = self.shared.registry.lock().get_mut(&tid) {
             record.process.ended_ns = Some(monotonic_ns());
             record.process.exit_code = code;
             record.process.exit_signal = signal;
             record.final_stats = final_stats;
+            record.final_timeline = final_timeline;
         }
         self.holds.reached(Hold::Exit, tid);
         self.shared.process_exited(tid);

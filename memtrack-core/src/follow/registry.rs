@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, path::Path};
 
 use memtrack_common::PidStats;
 
-use crate::{Stats, TrackedProcess};
+use crate::{
+    Stats, TrackedProcess,
+    record::timeline::{EventKind, Timeline, TimelineEvent},
+};
 
 /// The follower's record of a process: what will be reported, and the counters
 /// captured when it exited (its map entries are then released).
@@ -16,24 +19,49 @@ pub(crate) struct ProcessRecord {
     pub process: TrackedProcess,
     /// Counters captured when it exited.
     pub final_stats: Option<PidStats>,
+    /// Its timeline captured when it exited (None: still running, or timelines off).
+    pub final_timeline: Option<Timeline>,
+    /// What happened to its current image that its timeline shows (children started;
+    /// the exec that began it), in time order.
+    pub events: Vec<TimelineEvent>,
 }
 
 impl ProcessRecord {
-    pub(crate) fn new(pid: u32, ppid: u32) -> Self {
+    /// The record of `pid` (child of `ppid`), tracked since `started_ns`
+    /// (`CLOCK_MONOTONIC`; the origin of its slot's timeline, so the kernel's bucket
+    /// times and the record's agree), or since now.
+    pub(crate) fn new(pid: u32, ppid: u32, started_ns: Option<u64>) -> Self {
         let mut process = TrackedProcess::new(pid, ppid, read_cmdline(pid));
-        process.started_ns = monotonic_ns();
+        process.started_ns = started_ns.unwrap_or_else(monotonic_ns);
         process.started_unix_ms = unix_ms();
         ProcessRecord {
             process,
             final_stats: None,
+            final_timeline: None,
+            events: Vec::new(),
         }
     }
 
-    /// The process with these counters.
-    pub(crate) fn report(&self, stats: Stats) -> TrackedProcess {
+    /// The process with these counters and, if it has one, this timeline (with the
+    /// process's events added).
+    pub(crate) fn report(&self, stats: Stats, timeline: Option<Timeline>) -> TrackedProcess {
         let mut process = self.process.clone();
         process.stats = stats;
+        process.timeline = timeline.map(|mut t| {
+            for event in &self.events {
+                t.add_event(event.clone());
+            }
+            t
+        });
         process
+    }
+
+    /// `what` happened now, to the current image.
+    pub(crate) fn note(&mut self, what: EventKind) {
+        self.events.push(TimelineEvent {
+            t_ns: monotonic_ns().saturating_sub(self.process.started_ns),
+            what,
+        });
     }
 }
 
