@@ -333,8 +333,10 @@ fn write_on_exit(
             let stacks = now.map(|now| regions.stacks_of(process.pid, now));
             (regions.apply(process), stacks)
         };
-        let result = MemtrackResult::new(process.clone());
-        if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
+        let result = MemtrackResult::new(process);
+        let written_file = out.write_file(&result.file_name(), &result.to_bytes());
+        let process = result.process;
+        if let Err(e) = written_file {
             eprintln!(
                 "memtrack: cannot write the result of process {} as it exited: {e}",
                 process.pid

@@ -104,15 +104,16 @@ impl Shared {
         let Some(tx) = exits.as_ref() else {
             return;
         };
-        let Some(record) = self.registry.lock().get(&pid).cloned() else {
+        let Some(mut record) = self.registry.lock().get(&pid).cloned() else {
             return;
         };
         let stats = record
             .final_stats
             .map(|raw| self.stats(&raw))
             .unwrap_or_default();
+        let timeline = record.final_timeline.take();
         // A receiver that is gone wants no more.
-        let _ = tx.send(record.report(stats, record.final_timeline.clone()));
+        let _ = tx.send(record.report(stats, timeline));
     }
 
     pub(crate) fn enabled(&self) -> bool {

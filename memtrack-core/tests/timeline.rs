@@ -62,13 +62,27 @@ fn overlapping(t: &Timeline, from: u64, to: u64) -> Vec<&Bucket> {
         .collect()
 }
 
+/// The bucket whose end values hold just before `ns`, when nothing changes between
+/// the end of a bucket and `ns`: the last listed one ending at or before it (a bucket
+/// not listed changed nothing).
+fn before(t: &Timeline, ns: u64) -> &Bucket {
+    t.buckets
+        .iter()
+        .rev()
+        .find(|b| b.t_ns + t.bucket_ns <= ns)
+        .expect("a bucket before")
+}
+
 /// The grid: a power-of-two width of at least the narrowest bucket, at most
-/// MAX_BUCKETS buckets laid end to end from the start, the whole run covered.
+/// MAX_BUCKETS buckets, in order on the grid from the start, the whole run covered.
 fn check_grid(t: &Timeline, phases: &Phases) {
     assert!(t.bucket_ns.is_power_of_two() && t.bucket_ns >= MIN_BUCKET_NS);
     assert!(!t.buckets.is_empty() && t.buckets.len() <= MAX_BUCKETS);
-    for (i, b) in t.buckets.iter().enumerate() {
-        assert_eq!(b.t_ns, t.buckets[0].t_ns + i as u64 * t.bucket_ns);
+    for pair in t.buckets.windows(2) {
+        assert!(pair[0].t_ns < pair[1].t_ns);
+        assert_eq!((pair[1].t_ns - t.buckets[0].t_ns) % t.bucket_ns, 0);
+    }
+    for b in &t.buckets {
         assert!(
             b.min_bytes <= b.end_bytes && b.end_bytes <= b.max_bytes,
             "{b:?}"
@@ -128,9 +142,12 @@ fn check_heap(t: &Timeline, p: &Phases, stats: &memtrack::Stats) {
     {
         assert_eq!((b.min_bytes, b.max_bytes), (1_000_000, 1_000_000), "{b:?}");
     }
+    assert_eq!(before(t, spike.0).end_bytes, 1_000_000);
+    assert_eq!(before(t, drop.0).end_bytes, 1_000_000);
     for b in within(t, drop.1, leak.0) {
         assert_eq!((b.min_bytes, b.max_bytes), (0, 0), "{b:?}");
     }
+    assert_eq!(before(t, leak.0).end_bytes, 0);
     let leaking = within(t, leak.0, leak.1);
     for pair in leaking.windows(2) {
         assert!(pair[0].end_bytes <= pair[1].end_bytes);
@@ -160,19 +177,15 @@ fn check_mapped(t: &Timeline, p: &Phases, stats: &memtrack::Stats) {
     const PAGES: u64 = 64 << 20;
     let (pages, unmap, leak) = (p["pages"], p["unmap"], p["leak"]);
     let mapped_end = |b: &Bucket| b.mapped_end_bytes.expect("mapped bytes in every bucket");
-    let before: Vec<u64> = within(t, p["drop"].1, pages.0)
-        .into_iter()
-        .map(mapped_end)
-        .collect();
-    let base = *before
-        .last()
-        .expect("buckets between the drop and the pages");
+    let base = mapped_end(before(t, pages.0));
     for b in within(t, pages.1, unmap.0) {
         assert_eq!(mapped_end(b), base + PAGES, "{b:?}");
     }
+    assert_eq!(mapped_end(before(t, unmap.0)), base + PAGES);
     for b in within(t, unmap.1, leak.0) {
         assert_eq!(mapped_end(b), base, "{b:?}");
     }
+    assert_eq!(mapped_end(before(t, leak.0)), base);
     let s = stats.syscalls.as_ref().expect("syscalls counted");
     let now = s.mmap_bytes + s.brk_grown_bytes - s.munmap_bytes - s.brk_shrunk_bytes;
     assert_eq!(t.buckets.last().map(mapped_end), Some(now));
@@ -184,21 +197,22 @@ fn check_rss(t: &Timeline, p: &Phases) {
     const PAGES: u64 = 64 << 20;
     let (pages, unmap, leak) = (p["pages"], p["unmap"], p["leak"]);
     let anon = |b: &Bucket| b.rss_anon_bytes.expect("RSS in every bucket");
-    let base = within(t, p["drop"].1, pages.0)
-        .last()
-        .map(|b| anon(b))
-        .expect("buckets before the pages");
+    let base = anon(before(t, pages.0));
     assert!(base > 0);
-    let touched = within(t, pages.1, unmap.0);
-    assert!(!touched.is_empty());
-    for b in &touched {
+    let touched = anon(before(t, unmap.0));
+    assert!(touched >= base + PAGES, "{touched} over {base}");
+    for b in within(t, pages.1, unmap.0) {
         assert!(anon(b) >= base + PAGES, "{b:?} over {base}");
-        assert!(b.rss_end_bytes.unwrap() >= b.rss_anon_bytes.unwrap() + b.rss_file_bytes.unwrap());
-        assert!(b.rss_max_bytes.unwrap() >= b.rss_end_bytes.unwrap());
+    }
+    for b in &t.buckets {
+        let (end, max) = (b.rss_end_bytes.unwrap(), b.rss_max_bytes.unwrap());
+        assert!(end >= b.rss_anon_bytes.unwrap() + b.rss_file_bytes.unwrap());
+        assert!(max >= end, "{b:?}");
     }
     for b in within(t, unmap.1, leak.0) {
-        assert!(anon(b) + PAGES <= anon(touched[0]), "{b:?}");
+        assert!(anon(b) + PAGES <= touched, "{b:?}");
     }
+    assert!(anon(before(t, leak.0)) + PAGES <= touched);
     let rising = overlapping(t, pages.0, pages.1);
     let highest = rising
         .iter()

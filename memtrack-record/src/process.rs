@@ -180,12 +180,12 @@ impl TrackedProcess {
                 );
         for (scope, timeline, stats) in scopes {
             if let Some(timeline) = timeline {
-                timeline
-                    .validate(stats.peak_live_bytes)
-                    .map_err(|cause| crate::FileRefused::Timeline {
+                timeline.validate(stats.peak_live_bytes).map_err(|cause| {
+                    crate::FileRefused::Timeline {
                         scope,
                         cause: Box::new(cause),
-                    })?;
+                    }
+                })?;
             }
         }
         Ok(())

@@ -11,6 +11,11 @@
 //! [`MAX_BUCKETS`] buckets, merging neighbours (the width doubles again) as needed, so a
 //! 2 ms process and a 2 hour one both get a fine, bounded timeline.
 //!
+//! Only the buckets where something changed are listed (and always the first and the
+//! last): a bucket of the grid that is not listed had no event, so every series stayed
+//! at the value the listed bucket before it ended with (its minimum, maximum and end all
+//! that value). A short or quiet process keeps a few buckets, not 1,024.
+//!
 //! Times are ns since the process started (its `started_ns`): a benchmark region's
 //! timeline starts where the region did.
 
@@ -27,7 +32,10 @@ pub const MIN_BUCKET_NS: u64 = 1 << memtrack_common::timeline::MIN_SHIFT;
 pub struct Timeline {
     /// Width of every bucket, ns: a power of two, at least [`MIN_BUCKET_NS`].
     pub bucket_ns: u64,
-    /// The buckets, in time order, one after another from the scope's start; at most
+    /// The buckets where something changed, in time order, on one grid from the scope's
+    /// start (each `t_ns` a whole number of widths after the first's): the first and
+    /// the last always, a bucket not listed holding the end values of the one before
+    /// it; at most
     /// [`MAX_BUCKETS`].
     pub buckets: Vec<Bucket>,
     /// What happened, in time order.
@@ -196,8 +204,8 @@ impl Timeline {
             .map_or(0, |b| b.t_ns.saturating_add(self.bucket_ns))
     }
 
-    /// Checks that the buckets follow each other at one width, each with its minimum
-    /// at most its end and maximum, no maximum above `peak` (the scope's
+    /// Checks that the buckets are in time order on one grid of their width, each with
+    /// its minimum at most its end and maximum, no maximum above `peak` (the scope's
     /// `peak_live_bytes`), and that the events are in time order.
     pub fn validate(&self, peak: u64) -> Result<(), InvalidTimeline> {
         if self.buckets.is_empty() && self.events.is_empty() {
@@ -210,8 +218,9 @@ impl Timeline {
             return Err(InvalidTimeline::TooMany(self.buckets.len()));
         }
         for (index, b) in self.buckets.iter().enumerate() {
-            if index > 0 && self.buckets[index - 1].t_ns.checked_add(self.bucket_ns) != Some(b.t_ns)
-            {
+            let first = self.buckets[0].t_ns;
+            let on_grid = (b.t_ns - first.min(b.t_ns)).is_multiple_of(self.bucket_ns);
+            if index > 0 && (b.t_ns <= self.buckets[index - 1].t_ns || !on_grid) {
                 return Err(InvalidTimeline::NotIncreasing {
                     index,
                     t_ns: b.t_ns,
@@ -264,21 +273,33 @@ impl Timeline {
     }
 
     /// At most `points` (min, max) pairs of the live heap bytes, each covering an equal
-    /// share of the buckets (for a sparkline or a thumbnail).
+    /// share of the timeline's time (for a sparkline or a thumbnail): a share no listed
+    /// bucket falls in holds the value the timeline had then.
     pub fn envelope(&self, points: usize) -> Vec<(u64, u64)> {
         if self.buckets.is_empty() || points == 0 {
             return Vec::new();
         }
-        let n = self.buckets.len();
-        let points = points.min(n);
-        (0..points)
-            .map(|i| {
-                let part = &self.buckets[i * n / points..(i + 1) * n / points];
-                let min = part.iter().map(|b| b.min_bytes).min().unwrap_or(0);
-                let max = part.iter().map(|b| b.max_bytes).max().unwrap_or(0);
-                (min, max)
-            })
-            .collect()
+        let (start, end) = (self.start_ns(), self.end_ns());
+        let grid = (end - start) / self.bucket_ns;
+        let points = points.min(grid.max(1) as usize);
+        let mut out = Vec::with_capacity(points);
+        let mut next = 0;
+        let mut carried = 0;
+        for i in 0..points as u64 {
+            let until = start + (end - start) * (i + 1) / points as u64;
+            let mut range: Option<(u64, u64)> = None;
+            while next < self.buckets.len() && self.buckets[next].t_ns < until {
+                let b = &self.buckets[next];
+                range = Some(match range {
+                    None => (b.min_bytes, b.max_bytes),
+                    Some((lo, hi)) => (lo.min(b.min_bytes), hi.max(b.max_bytes)),
+                });
+                carried = b.end_bytes;
+                next += 1;
+            }
+            out.push(range.unwrap_or((carried, carried)));
+        }
+        out
     }
 }
 
@@ -407,8 +428,13 @@ impl TimelineBuilder {
             cells[i].add(s);
         }
         let (mut heap, mut mapped_now, mut rss_now) = (0u64, 0u64, self.rss_start);
-        let mut buckets = Vec::with_capacity(count);
+        let mut buckets = Vec::new();
         for (i, cell) in cells.iter().enumerate() {
+            let listed = i == 0
+                || i == count - 1
+                || cell.heap.is_some()
+                || cell.mapped.is_some()
+                || cell.rss.is_some();
             let t_ns = self.origin_ns + i as u64 * width;
             let start = heap;
             let (min, max, end) = match cell.heap {
@@ -446,7 +472,10 @@ impl TimelineBuilder {
                 b.rss_file_bytes = Some(end[1]);
                 b.rss_shmem_bytes = Some(end[2]);
             }
-            buckets.push(b);
+            // Unlisted, it changed nothing: its values are the end of the one before.
+            if listed {
+                buckets.push(b);
+            }
         }
         // The last bucket ends where the scope's counters do (a block released by a
         // late event on another CPU is in them).
@@ -465,8 +494,10 @@ impl TimelineBuilder {
 }
 
 /// Appends the timeline of a later scope of the same process (its next benchmark
-/// region) to `into`, on the wider of the two grids; the time between them (nothing
-/// counted) is a stretch of empty buckets at 0 bytes.
+/// region) to `into`, on the wider of the two grids. Between them nothing was counted:
+/// a bucket at the end of `into` (when the gap is a bucket or more) says so, its heap
+/// and mapped bytes 0 (the next scope counts from 0), its resident memory as `into`
+/// ended.
 pub fn concat(into: &mut Timeline, next: &Timeline) {
     if next.buckets.is_empty() {
         into.events.extend(next.events.iter().cloned());
@@ -489,42 +520,53 @@ pub fn concat(into: &mut Timeline, next: &Timeline) {
     while (end - start).div_ceil(width) > MAX_BUCKETS as u64 {
         width *= 2;
     }
-    let count = (end - start).div_ceil(width) as usize;
-    let mut cells: Vec<Option<Bucket>> = vec![None; count];
-    for b in into.buckets.iter().chain(&next.buckets) {
-        let i = (((b.t_ns - start) / width) as usize).min(count - 1);
-        cells[i] = Some(match cells[i].take() {
-            None => Bucket {
-                t_ns: start + i as u64 * width,
+    let gap = into.end_ns() < next.start_ns();
+    let gap_bucket = gap.then(|| {
+        let last = into.buckets.last().cloned().unwrap_or_default();
+        let zero_if = |o: Option<u64>| o.map(|_| 0);
+        Bucket {
+            t_ns: into.end_ns(),
+            min_bytes: 0,
+            max_bytes: 0,
+            end_bytes: 0,
+            rss_max_bytes: last.rss_end_bytes,
+            mapped_max_bytes: zero_if(last.mapped_end_bytes),
+            mapped_end_bytes: zero_if(last.mapped_end_bytes),
+            ..last
+        }
+    });
+    let mut cells: Vec<Bucket> = Vec::new();
+    let mut last_cell = None;
+    let parts = into
+        .buckets
+        .iter()
+        .chain(gap_bucket.as_ref())
+        .chain(&next.buckets);
+    for b in parts {
+        let i = (b.t_ns - start) / width;
+        if last_cell == Some(i)
+            && let Some(c) = cells.last_mut()
+        {
+            c.min_bytes = c.min_bytes.min(b.min_bytes);
+            c.max_bytes = c.max_bytes.max(b.max_bytes);
+            c.end_bytes = b.end_bytes;
+            c.rss_max_bytes = max_opt(c.rss_max_bytes, b.rss_max_bytes);
+            c.mapped_max_bytes = max_opt(c.mapped_max_bytes, b.mapped_max_bytes);
+            c.rss_end_bytes = b.rss_end_bytes.or(c.rss_end_bytes);
+            c.rss_anon_bytes = b.rss_anon_bytes.or(c.rss_anon_bytes);
+            c.rss_file_bytes = b.rss_file_bytes.or(c.rss_file_bytes);
+            c.rss_shmem_bytes = b.rss_shmem_bytes.or(c.rss_shmem_bytes);
+            c.mapped_end_bytes = b.mapped_end_bytes.or(c.mapped_end_bytes);
+        } else {
+            cells.push(Bucket {
+                t_ns: start + i * width,
                 ..b.clone()
-            },
-            Some(mut c) => {
-                c.min_bytes = c.min_bytes.min(b.min_bytes);
-                c.max_bytes = c.max_bytes.max(b.max_bytes);
-                c.end_bytes = b.end_bytes;
-                c.rss_max_bytes = max_opt(c.rss_max_bytes, b.rss_max_bytes);
-                c.mapped_max_bytes = max_opt(c.mapped_max_bytes, b.mapped_max_bytes);
-                c.rss_end_bytes = b.rss_end_bytes.or(c.rss_end_bytes);
-                c.rss_anon_bytes = b.rss_anon_bytes.or(c.rss_anon_bytes);
-                c.rss_file_bytes = b.rss_file_bytes.or(c.rss_file_bytes);
-                c.rss_shmem_bytes = b.rss_shmem_bytes.or(c.rss_shmem_bytes);
-                c.mapped_end_bytes = b.mapped_end_bytes.or(c.mapped_end_bytes);
-                c
-            }
-        });
+            });
+            last_cell = Some(i);
+        }
     }
-    let buckets = cells
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| {
-            c.unwrap_or(Bucket {
-                t_ns: start + i as u64 * width,
-                ..Bucket::default()
-            })
-        })
-        .collect();
     into.bucket_ns = width;
-    into.buckets = buckets;
+    into.buckets = cells;
     into.lost_buckets += next.lost_buckets;
     for e in &next.events {
         into.add_event(e.clone());
@@ -560,17 +602,22 @@ mod tests {
         b.add(heap(4096, 1024, 50, 200, 50));
         let t = b.finish(5000, 50, false, false);
         assert_eq!(t.bucket_ns, 1024);
-        assert_eq!(t.buckets.len(), 5);
+        // Listed: the buckets with events (the first and last among them).
+        let starts: Vec<u64> = t.buckets.iter().map(|b| b.t_ns).collect();
+        assert_eq!(starts, [0, 1024, 4096]);
         assert_eq!(t.max_bytes(), 1_000_000);
         assert_eq!(t.buckets[1].max_bytes, 1_000_000);
-        // Buckets without events keep the value before them.
+        assert_eq!((t.start_ns(), t.end_ns()), (0, 5120));
+        // Buckets without events keep the value before them: 200 from 2,048 to 4,096.
         assert_eq!(
-            (
-                t.buckets[2].min_bytes,
-                t.buckets[2].max_bytes,
-                t.buckets[2].end_bytes
-            ),
-            (200, 200, 200)
+            t.envelope(5),
+            [
+                (0, 100),
+                (100, 1_000_000),
+                (200, 200),
+                (200, 200),
+                (50, 200)
+            ]
         );
         assert_eq!(t.end_bytes(), 50);
         t.validate(1_000_000).unwrap();
@@ -646,6 +693,14 @@ mod tests {
             t.validate(5),
             Err(InvalidTimeline::NotIncreasing { index: 1, .. })
         ));
+        // Buckets may be left out (nothing changed), but stay on the grid, in order.
+        let mut t = good.clone();
+        t.buckets[1].t_ns = 5 * 1024;
+        t.validate(5).unwrap();
+        t.buckets[1].t_ns = 5 * 1024 + 1;
+        assert!(t.validate(5).is_err());
+        t.buckets[1].t_ns = 0;
+        assert!(t.validate(5).is_err());
         let mut t = good.clone();
         t.buckets[1].min_bytes = 6;
         assert!(matches!(
@@ -666,10 +721,13 @@ mod tests {
         };
         let mut all = region(0, 100);
         concat(&mut all, &region(10_240, 300));
-        assert_eq!(all.buckets.len(), 12);
+        let starts: Vec<u64> = all.buckets.iter().map(|b| b.t_ns).collect();
+        // The first region's two, the gap's start, the second region's two.
+        assert_eq!(starts, [0, 1024, 2048, 10_240, 11_264]);
         assert_eq!(all.buckets[0].max_bytes, 100);
-        assert_eq!(all.buckets[10].max_bytes, 300);
-        assert_eq!(all.buckets[5].max_bytes, 0);
+        assert_eq!(all.buckets[3].max_bytes, 300);
+        assert_eq!(all.buckets[2].max_bytes, 0);
+        assert_eq!(all.end_ns(), 12_288);
         all.validate(300).unwrap();
     }
 }

@@ -138,6 +138,19 @@ impl KernelStacks {
             .map_err(map_err(memtrack_common::map_names::MAPPINGS))
     }
 
+    /// Gives `child`, just forked from `parent`, its parent's mapping entry (the same
+    /// mappings; their objects' rows are loaded already); reads its maps when the
+    /// parent has no entry.
+    pub(crate) fn inherit(&mut self, child: u32, parent: u32) -> Result<()> {
+        match self.mappings.get(&parent, 0) {
+            Ok(value) => self
+                .mappings
+                .insert(child, value, 0)
+                .map_err(map_err(memtrack_common::map_names::MAPPINGS)),
+            Err(_) => self.refresh(child),
+        }
+    }
+
     /// The extent of `object`'s rows, loading them if new. A table that does not fit
     /// gets no rows (its frames end stacks as unknown, counted in the stacks).
     fn load(&mut self, object: &Arc<UnwindObject>) -> Result<Loaded> {

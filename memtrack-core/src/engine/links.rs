@@ -31,6 +31,17 @@ struct ProcessLinks {
     expected: Vec<ProbeInfo>,
     /// Loader hook sites attached: (object, file offset).
     ld_hooks: Vec<(PathBuf, u64)>,
+    /// Every allocator site attached (reported or expected), so that a child forked
+    /// with the same mappings gets the same probes without reading them again.
+    targets: Vec<(ProbeTarget, Site)>,
+}
+
+/// What a forked child got from its parent in [`Links::inherit`].
+pub(crate) struct Inherited {
+    /// The allocator probes reported for the child (its parent's).
+    pub(crate) probes: Vec<ProbeInfo>,
+    /// The parent's loader hook sites (object, file offset) for the caller to hook.
+    pub(crate) ld_hooks: Vec<(PathBuf, u64)>,
 }
 
 /// Every link of a tracker, by process, and the programs they attach.
@@ -98,6 +109,10 @@ impl Links {
             planned.push((target, self.site(target)));
         }
         let links = self.programs.attach(pid, &planned)?;
+        let attached: Vec<(ProbeTarget, Site)> = planned
+            .iter()
+            .map(|(target, site)| ((*target).clone(), site.clone()))
+            .collect();
         let added: Vec<ProbeInfo> = confirmed
             .into_iter()
             .chain(
@@ -109,7 +124,40 @@ impl Links {
         let process = self.processes.entry(pid).or_default();
         process.links.extend(links);
         process.probes.extend(added.iter().cloned());
+        process.targets.extend(attached);
         Ok(added)
+    }
+
+    /// Attaches, scoped to `child`, every allocator probe of `parent` (reported and
+    /// expected alike): a process just forked has its parent's mappings, so it needs
+    /// the same sites, found without reading its maps or its objects again. Returns the
+    /// probes reported for it and the parent's loader hook sites (the caller hooks
+    /// them, it has the cookie), or None when `parent` has no probes here.
+    pub(crate) fn inherit(&mut self, child: u32, parent: u32) -> Result<Option<Inherited>> {
+        if child == 0 {
+            return Err(Error::ProcessGone { pid: child });
+        }
+        let Some(from) = self.processes.get(&parent) else {
+            return Ok(None);
+        };
+        if from.targets.is_empty() || self.processes.contains_key(&child) {
+            return Ok(None);
+        }
+        let targets = from.targets.clone();
+        let (probes, expected) = (from.probes.clone(), from.expected.clone());
+        let hooks = from.ld_hooks.clone();
+        let planned: Vec<(&ProbeTarget, Site)> =
+            targets.iter().map(|(t, site)| (t, site.clone())).collect();
+        let links = self.programs.attach(child, &planned)?;
+        let process = self.processes.entry(child).or_default();
+        process.links.extend(links);
+        process.probes = probes.clone();
+        process.expected = expected;
+        process.targets = targets;
+        Ok(Some(Inherited {
+            probes,
+            ld_hooks: hooks,
+        }))
     }
 
     /// Attaches probes for `targets`, scoped to `pid`, before the process maps their
@@ -137,8 +185,13 @@ impl Links {
         }
         let links = self.programs.attach(pid, &planned)?;
         let count = planned.len();
+        let attached: Vec<(ProbeTarget, Site)> = planned
+            .iter()
+            .map(|(target, site)| ((*target).clone(), site.clone()))
+            .collect();
         let process = self.processes.entry(pid).or_default();
         process.links.extend(links);
+        process.targets.extend(attached);
         process.expected.extend(
             planned
                 .into_iter()

@@ -50,7 +50,7 @@ use self::{
     global::Global,
     hook_maps::HookMaps,
     kernel_stacks::KernelStacks,
-    links::Links,
+    links::{Inherited, Links},
     live::{
         LiveBlocks,
         growth::{LaterLiveBlocks, LiveMore},
@@ -270,6 +270,20 @@ impl Engine {
             stacks.refresh(pid)?;
         }
         Ok(added)
+    }
+
+    /// Gives `child`, just forked from `parent`, its parent's allocator probes (and, with
+    /// stacks, its mappings) without reading its maps: see [`Links::inherit`]. Returns
+    /// the probes reported and the loader hook sites to hook, or None when the parent
+    /// has none (the caller then probes the child as any process).
+    pub(crate) fn inherit_probes(&mut self, child: u32, parent: u32) -> Result<Option<Inherited>> {
+        let Some(inherited) = self.links.inherit(child, parent)? else {
+            return Ok(None);
+        };
+        if let Some(stacks) = &mut self.stacks {
+            stacks.inherit(child, parent)?;
+        }
+        Ok(Some(inherited))
     }
 
     /// Attaches probes for `targets` before `pid` maps their objects (see

@@ -171,6 +171,23 @@ impl LdHooks {
         }
     }
 
+    /// Hooks the loader site (`object`, `file_offset`) in `pid`, as found in another
+    /// process with the same mappings (its parent, at fork); false if it could not.
+    pub(crate) fn install_at(
+        &mut self,
+        engine: &mut Engine,
+        pid: u32,
+        object: &std::path::Path,
+        file_offset: u64,
+    ) -> bool {
+        let Ok(cookie) = cookie() else {
+            return false;
+        };
+        engine
+            .attach_ld_hook(pid, object, file_offset, *cookie)
+            .is_ok()
+    }
+
     fn warn_once(&mut self, message: std::fmt::Arguments<'_>) {
         if !self.warned {
             self.warned = true;

@@ -521,6 +521,28 @@ impl FollowState {
         }
     }
 
+    /// Gives `child`, just forked from `parent`, its parent's probes and loader hook
+    /// (the same mappings, so the same sites: nothing is read again). False when the
+    /// parent has none or attaching failed: then the caller probes the child afresh.
+    fn inherit(&mut self, child: u32, parent: u32) -> bool {
+        let mut engine = self.shared.engine.lock();
+        let Ok(Some(inherited)) = engine.inherit_probes(child, parent) else {
+            return false;
+        };
+        let probes = inherited.probes;
+        let hooked = inherited
+            .ld_hooks
+            .iter()
+            .all(|(object, offset)| self.hooks.install_at(&mut engine, child, object, *offset));
+        drop(engine);
+        if let Some(record) = self.shared.registry.lock().get_mut(&child) {
+            record.process.probes.extend(probes);
+            record.process.allocator = AllocatorStatus::Probed;
+        }
+        // A hook that could not be placed is looked for as in any process.
+        hooked || self.install_hook(child)
+    }
+
     /// A process exec'd: its counters so far belong to the image it left (kept in the
     /// record); the new image starts from zero.
     fn close_image(&mut self, pid: u32) {
@@ -679,8 +701,10 @@ impl FollowState {
             // (they are scoped to the parent): probe it and hook its loader right away.
             self.holds.reached(Hold::Fork, tid);
             self.register_process(tid, ppid);
-            self.attach_now(tid);
-            self.install_hook(tid);
+            if !self.inherit(tid, ppid) {
+                self.attach_now(tid);
+                self.install_hook(tid);
+            }
         }
         let _ = ptrace::cont(p, None);
     }
