@@ -303,6 +303,24 @@ impl Engine {
         self.stacks.as_ref().map(|s| s.read(pid, stats.as_ref()))
     }
 
+    /// `pid` just exec'd (stopped at the exec event, its counters not reset yet): keeps
+    /// the stacks of the image it left, read with that image's raw counters `stats`, as
+    /// its next earlier image (`KernelStacks::close_image`), and gives the kernel the
+    /// new image's mappings at once, so that no frame is ever resolved through the old
+    /// image's. Nothing without stacks.
+    pub(crate) fn close_image_stacks(
+        &mut self,
+        pid: u32,
+        stats: &PidStats,
+        process_start_ns: u64,
+    ) -> Result<()> {
+        let Some(stacks) = &mut self.stacks else {
+            return Ok(());
+        };
+        stacks.close_image(pid, stats, process_start_ns);
+        stacks.refresh(pid)
+    }
+
     /// How the stacks so far were found, all processes (None: stacks are off).
     pub(crate) fn stack_walks(&self) -> Option<StackWalks> {
         self.stacks.as_ref().map(|s| s.walks())

@@ -543,19 +543,29 @@ impl FollowState {
         hooked || self.install_hook(child)
     }
 
-    /// A process exec'd: its counters so far belong to the image it left (kept in the
-    /// record); the new image starts from zero.
+    /// A process exec'd: its counters, timeline and (with stacks) per-stack counters so
+    /// far belong to the image it left (kept in the record, and by the engine's stacks
+    /// as that record's next earlier image: one is kept exactly when the other is); the
+    /// new image starts from zero.
     fn close_image(&mut self, pid: u32) {
-        let started = self
+        let Some(started) = self
             .shared
             .registry
             .lock()
             .get(&pid)
-            .map_or(0, |r| r.process.started_ns);
+            .map(|r| r.process.started_ns)
+        else {
+            return;
+        };
         let (stats, timeline) = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(pid).ok();
             let timeline = engine.timeline(pid, started).and_then(|t| t.ok());
+            if let Some(stats) = &stats {
+                // Read before the reset zeroes them, with the same counters as the
+                // record's image (their totals are equal).
+                let _ = engine.close_image_stacks(pid, stats, started);
+            }
             let _ = engine.reset_stats(pid);
             (stats, timeline)
         };
