@@ -36,40 +36,39 @@ enum Moment {
 
 use Moment::{Hold, Phase};
 
-/// In the order they happen in dlopen_fork.c. Loader hook stops (glibc: two per new
-/// image and per dlopen of a new library): 1-2 the program's startup, 3-4 its dlopen of
-/// libm, 5-6 child 1's dlopen, 7-8 the program's second dlopen, 9-10 the startup of
-/// child 2's exec'd image, 11-12 its dlopen.
-const MOMENTS: [Moment; 24] = [
+/// In the order they happen in dlopen_fork.c. Loader hook stops (glibc: one per new
+/// image and per dlopen of a new library, where the loader says its objects are
+/// consistent; its "about to add" call stops nothing): 1 the program's startup, 2 its
+/// dlopen of libm, 3 child 1's dlopen, 4 the program's second dlopen, 5 the startup of
+/// child 2's exec'd image, 6 its dlopen.
+const MOMENTS: [Moment; 22] = [
     Hold("spawn"),  // forked, waiting before its exec, not traced yet
     Hold("seized"), // traced, not let go to its exec yet
     Hold("exec:1"), // at its exec stop, not probed
-    Hold("hook:1"), // in the startup's loader stops
-    Hold("hook:2"),
+    Hold("hook:1"), // in the startup's loader stop
     Phase("main"),
-    Hold("hook:3"), // in the stops of its first dlopen
-    Hold("hook:4"),
+    Hold("hook:2"),   // in the stop of its first dlopen
     Phase("dlopen1"), // between its dlopens
     Hold("fork:1"),   // child 1 in its fork stop
     Phase("child1"),
-    Hold("hook:5"), // child 1's dlopen stop
+    Hold("hook:3"), // child 1's dlopen stop
     Phase("child1-dlopen"),
     Hold("exit:1"),         // child 1 has exited
     Phase("child1-exited"), // ... and the program knows it (its result is on disk)
-    Hold("hook:7"),         // the program's second dlopen
+    Hold("hook:4"),         // the program's second dlopen
     Phase("dlopen2"),
     Hold("fork:2"), // child 2 in its fork stop
     Hold("exec:2"), // child 2 at its exec stop
-    Hold("hook:9"), // the exec'd image's startup
+    Hold("hook:5"), // the exec'd image's startup
     Phase("exec-child"),
-    Hold("hook:11"), // the exec'd image's dlopen
+    Hold("hook:6"), // the exec'd image's dlopen
     Phase("child2-exited"),
     Phase("done"),
 ];
 
 /// The index in [`MOMENTS`] of the first moment after a tracked process exited (child 1):
 /// from then on memtrack may be killed while it closes that process's links.
-const FIRST_EXIT: usize = 13;
+const FIRST_EXIT: usize = 11;
 
 /// What the readers of the program's phases and of memtrack's stderr report.
 enum Event {

@@ -19,27 +19,41 @@ pub fn build_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// Runs `cargo build --quiet ARGS` in the repository (into this build directory: what
+/// cargo builds for a test is not copied up to it, so the binary and the libraries the
+/// install script takes are built as top-level targets here).
+fn cargo_build(args: &[&str]) {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet"])
+        .args(args)
+        .current_dir(repo())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build {args:?} failed");
+}
+
 /// `memtrack`, built by cargo into this build directory once per test binary.
 pub fn memtrack() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "memtrack-cli",
-                "--bin",
-                "memtrack",
-            ])
-            .current_dir(repo())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building memtrack failed");
+        cargo_build(&["-p", "memtrack-cli", "--bin", "memtrack"]);
         let bin = build_dir().join("memtrack");
         assert!(bin.is_file(), "{} missing", bin.display());
         bin
     })
+}
+
+/// The C ABI's shared and static libraries, built by cargo into this build directory
+/// once per test binary (what `scripts/install-c-api.sh --from` takes).
+fn c_libraries() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        cargo_build(&["-p", "memtrack-c", "--lib"]);
+        for name in ["libmemtrack_c.so", "libmemtrack_c.a"] {
+            let lib = build_dir().join(name);
+            assert!(lib.is_file(), "{} missing", lib.display());
+        }
+    });
 }
 
 /// A prefix with the C ABI installed by `scripts/install-c-api.sh --from target/debug`.
@@ -109,6 +123,7 @@ impl Prefix {
 
 /// Runs the install script into `prefix`.
 pub fn install_into(prefix: &Path) {
+    c_libraries();
     let out = Command::new("bash")
         .arg(repo().join("scripts/install-c-api.sh"))
         .arg("--from")
