@@ -4,6 +4,7 @@
 //! [`Error`] the binary reports.
 
 pub mod diff;
+pub mod out_file;
 pub mod report;
 pub mod run;
 pub mod stacks;
