@@ -60,6 +60,7 @@ pub enum Error {
         /// The file asked for.
         path: PathBuf,
         /// Why not (boxed: the error stays small).
+        #[source]
         problem: Box<JsonProblem>,
     },
 

@@ -43,7 +43,7 @@ pub fn report(dir: &Path, outputs: &Outputs, checks: &Checks) -> Result<u8, Erro
         }
     }
     write_history(&dirs, outputs)?;
-    let code = checks.check(&dirs, 0, exit_code::SUCCESS)?;
+    let code = checks.check(&dirs, 0, exit_code::SUCCESS, false)?;
     if found.refused != 0 {
         let reported = found.results();
         eprintln!(

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use memtrack::CommandSpec;
-use memtrack_cli::{Error, runner::RunOptions};
+use memtrack_cli::{Error, runner::RunOptions, unsaved::Unsaved};
 use memtrack_report::{
     limits::DirResults,
     report::{self, TextOptions},
@@ -36,12 +36,20 @@ pub fn run(
     // are written and the report printed before that.
     memtrack::hand_off_links_at_exit();
     let outcome = memtrack_cli::runner::run(spec, &options)?;
-    eprintln!(
-        "memtrack: {} and {} in {}",
-        units::count(outcome.results.processes.len() as u64, "result file"),
-        fifo_protocol::MARKER_RESULT_FILE_NAME,
-        outcome.dir.display()
-    );
+    if outcome.unsaved.is_empty() {
+        eprintln!(
+            "memtrack: {} and {} in {}",
+            units::count(outcome.results.processes.len() as u64, "result file"),
+            fifo_protocol::MARKER_RESULT_FILE_NAME,
+            outcome.dir.display()
+        );
+    } else {
+        eprintln!(
+            "memtrack: results in {}, but {} could not be written (named after the report)",
+            outcome.dir.display(),
+            units::count(outcome.unsaved.len() as u64, "file")
+        );
+    }
     if outcome.unattributed_lost_events != 0 {
         eprintln!(
             "memtrack: {} could not be attributed to a process",
@@ -70,12 +78,39 @@ pub fn run(
         "{}",
         report::render_text_with(&outcome.results.processes, options)
     );
-    if let Some(json) = &json {
-        json.write(&report::render_json(&outcome.results))?;
+    let mut unsaved = outcome.unsaved;
+    if let Some(json) = &json
+        && let Err(e) = json.write(&report::render_json(&outcome.results))
+    {
+        match json {
+            OutFile::File { path, .. } => unsaved.push(Unsaved {
+                path: path.clone(),
+                what: "the JSON report, --json".into(),
+                source: Box::new(e),
+            }),
+            OutFile::Stdout => return Err(e),
+        }
+    }
+    // Said last, after the report: what a reader of a full disk's run sees at the end.
+    for file in &unsaved {
+        eprintln!("memtrack: {file}");
+    }
+    if !unsaved.is_empty() {
+        eprintln!(
+            "memtrack: {} not saved: the report above is complete, {} lacks {}",
+            units::count(unsaved.len() as u64, "file"),
+            outcome.dir.display(),
+            if unsaved.len() == 1 { "it" } else { "them" }
+        );
     }
     let command = outcome.exit.shell_code().clamp(0, 255) as u8;
     let dirs: [DirResults; 1] = [(Path::new(""), &outcome.results.processes)];
-    checks.check(&dirs, outcome.unattributed_lost_events, command)
+    checks.check(
+        &dirs,
+        outcome.unattributed_lost_events,
+        command,
+        !unsaved.is_empty(),
+    )
 }
 
 /// What `memtrack run --stacks` says of one process's stacks: how many, where, and how
