@@ -66,6 +66,17 @@ pub fn exit_if_not_saved() {
     }
 }
 
+/// Keeps apart the in-process results below `target/memtrack/criterion` that an
+/// earlier run of this benchmark binary saved for benchmarks this run did not measure
+/// (a removed or renamed benchmark, or one a filter left out): renamed
+/// `*.MemtrackResult.msgpack.stale`, so `memtrack report` neither reports them as
+/// current nor checks them against limits; each named on stderr.
+/// [`criterion_main!`](crate::criterion_main) calls it at the end of the run.
+pub fn keep_apart_stale_results() {
+    let base = session::output_base().join("criterion");
+    session::session(INTEGRATION).keep_apart_stale(&base);
+}
+
 /// [`measure_once`] but for what it returns: whether the call was counted in-process.
 /// Everything but starting and stopping the count and the routine itself (printing,
 /// naming the directory, saving) runs on the session's helper thread, so this thread's

@@ -19,6 +19,7 @@
 
 mod helper;
 mod human;
+pub mod stale;
 mod stacks_env;
 pub use human::{benchmark_table, summary_line};
 pub use stacks_env::{STACKS_ENV, stack_depth};
@@ -454,6 +455,43 @@ impl Session {
             out.write_file(&stacks_file_name(result.process.pid), &stacks.to_bytes())?;
         }
         Ok(Some(path))
+    }
+
+    /// At the end of a run that saved results in-process: keeps apart, below `base`,
+    /// the results of this program that this process did not write ([`stale`]), and
+    /// says so on stderr, one line per file. Nothing in the other modes, or when
+    /// nothing was counted (a run that measured nothing makes nothing stale).
+    pub fn keep_apart_stale(&self, base: &Path) {
+        let Backend::InProcess {
+            process: Some(process),
+        } = &self.backend
+        else {
+            return;
+        };
+        if self.recorded.is_empty() {
+            return;
+        }
+        let Some(program) = process.command.first() else {
+            return;
+        };
+        let program = stale::program_name(program).to_owned();
+        let pid = process.pid;
+        helper::run(|| match stale::keep_apart(base, pid, &program) {
+            Ok(renamed) => {
+                for path in renamed {
+                    eprintln!(
+                        "memtrack: kept apart, as {}: the result of a benchmark this run of \
+                         {program} did not measure (removed, renamed or filtered out); \
+                         `memtrack report` leaves it out",
+                        path.display()
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "memtrack: earlier results of {program} below {} not kept apart: {e}",
+                base.display()
+            ),
+        });
     }
 
     /// The stacks file of `benchmarks` (None when no stacks were recorded for any):
