@@ -31,7 +31,7 @@
 
 use std::{collections::BTreeMap, fmt, path::Path};
 
-use memtrack_record::{Stats, TrackedProcess, timeline::Timeline};
+use memtrack_record::{Stats, TrackedProcess, escape_control, timeline::Timeline};
 
 use crate::{command, limits::DirResults};
 
@@ -137,11 +137,18 @@ pub struct Entry<'a> {
 
 impl<'a> Entry<'a> {
     /// `benchmark URI` or `process COMMAND`, with ` #2` for the second of that uri or
-    /// command line and ` in DIR` for a directory below the one given.
+    /// command line and ` in DIR` for a directory below the one given; control
+    /// characters escaped ([`escape_control`]: a newline cannot break a table row).
     pub fn what(&self) -> String {
         let name = match self.benchmark {
-            Some(i) => format!("benchmark {}", self.process.benchmarks[i].uri),
-            None => format!("process {}", self.process.command.join(" ")),
+            Some(i) => format!(
+                "benchmark {}",
+                escape_control(&self.process.benchmarks[i].uri)
+            ),
+            None => format!(
+                "process {}",
+                escape_control(&self.process.command.join(" "))
+            ),
         };
         let nth = if self.nth == 1 {
             String::new()
@@ -772,5 +779,16 @@ mod tests {
         );
         assert_eq!(only_base, ["benchmark gone", "benchmark grow #2"]);
         assert_eq!(only_new, ["benchmark fresh", "process other"]);
+    }
+
+    /// A newline in a uri or a command line is shown escaped, so a table row stays one
+    /// row.
+    #[test]
+    fn names_are_shown_with_control_characters_escaped() {
+        let mut a = process(10, 1, 1, "prog\targ");
+        a.benchmarks = vec![BenchmarkStats::new("two\nlines", Stats::default())];
+        let (got, _, _) = paired(std::slice::from_ref(&a), std::slice::from_ref(&a));
+        let names: Vec<&str> = got.iter().map(|(b, _, _)| b.as_str()).collect();
+        assert_eq!(names, ["benchmark two\\nlines", "process prog\\targ"]);
     }
 }

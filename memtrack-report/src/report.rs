@@ -11,7 +11,9 @@ use tabled::{
     settings::{Padding, Style, Width, object::Columns},
 };
 
-use memtrack_record::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
+use memtrack_record::{
+    AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess, escape_control,
+};
 
 use crate::{
     limits::DirResults,
@@ -226,12 +228,12 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             "process {} (parent {}): {} [{exit}]\n",
             p.pid,
             p.ppid,
-            p.command.join(" ")
+            escape_control(&p.command.join(" "))
         ));
         for image in &p.earlier_images {
             out.push_str(&format!(
                 "  before exec, as {}: {}, {} allocated, {} live at exec\n",
-                image.command.join(" "),
+                escape_control(&image.command.join(" ")),
                 count(image.stats.alloc_calls, "block"),
                 bytes(image.stats.bytes_allocated),
                 bytes(image.stats.live_bytes)
@@ -261,7 +263,8 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             };
             out.push_str(&format!(
                 "benchmark {} (process {}){unfinished}\n",
-                b.uri, p.pid
+                escape_control(&b.uri),
+                p.pid
             ));
             out.push_str(&aligned(stats_rows(&b.stats), "  "));
         }

@@ -19,8 +19,8 @@
 
 mod helper;
 mod human;
-pub mod stale;
 mod stacks_env;
+pub mod stale;
 pub use human::{benchmark_table, summary_line};
 pub use stacks_env::{STACKS_ENV, stack_depth};
 

@@ -96,15 +96,26 @@ mod tests {
         let bench = "/ci/target/release/deps/alloc-1a2b3c4d5e6f7a8b";
         let current = save(&base.join("criterion/kept"), 100, bench);
         let gone = save(&base.join("criterion/removed"), 90, bench);
-        std::fs::write(base.join("criterion/removed/90.MemtrackStacks.msgpack"), b"x").unwrap();
-        let other = save(&base.join("criterion/other"), 80, "/ci/target/release/deps/other");
+        std::fs::write(
+            base.join("criterion/removed/90.MemtrackStacks.msgpack"),
+            b"x",
+        )
+        .unwrap();
+        let other = save(
+            &base.join("criterion/other"),
+            80,
+            "/ci/target/release/deps/other",
+        );
         let renamed = keep_apart(base, 100, "alloc").unwrap();
         assert_eq!(
             renamed,
             [base.join("criterion/removed/90.MemtrackResult.msgpack.stale")]
         );
         assert!(current.exists() && other.exists() && !gone.exists());
-        assert!(base.join("criterion/removed/90.MemtrackStacks.msgpack.stale").exists());
+        assert!(
+            base.join("criterion/removed/90.MemtrackStacks.msgpack.stale")
+                .exists()
+        );
         // What report reads now: the current run's and the other program's.
         let tree = MemtrackResult::scan_tree(base).unwrap();
         let pids: Vec<u32> = tree
@@ -114,7 +125,11 @@ mod tests {
             .collect();
         assert_eq!(pids, [100, 80]);
         // Nothing saved yet: nothing to do.
-        assert!(keep_apart(&base.join("none"), 1, "alloc").unwrap().is_empty());
+        assert!(
+            keep_apart(&base.join("none"), 1, "alloc")
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(program_name("alloc"), "alloc");
         assert_eq!(program_name("a/my-prog"), "my-prog");
     }
