@@ -367,7 +367,7 @@ impl Session {
                     let counted = stopped.and_then(|()| {
                         let stats = tracker.collect()?;
                         let timeline = tracker.timeline()?;
-                        Ok((stats, tracker.process()?, tracker.stacks(), timeline))
+                        Ok((stats, tracker.process()?, tracker.stacks()?, timeline))
                     });
                     // Closed before anything else runs: the caller may time next.
                     tracker.close();
