@@ -4,8 +4,9 @@
 //! Each benchmark and each process of the run is one series, named so that the same
 //! benchmark or process of another checkout has the same name ([`Series::name`]), with
 //! one value per [`MEASURES`] counter, exact integers. Left out, and said so by
-//! [`Omitted`]: a benchmark that did not finish (its counters are partial) and a process
-//! whose allocator memtrack did not probe (its counters are zeros, not a measurement).
+//! [`Omitted`]: a benchmark that did not finish (its counters are partial), a process
+//! whose allocator memtrack did not probe (its counters are zeros, not a measurement)
+//! and a harness's helper process ([`crate::helpers`]: criterion's gnuplot check).
 //!
 //! The formats, as their projects document them:
 //!
@@ -139,6 +140,13 @@ pub fn series<'a>(dirs: &[DirResults<'a>], root: Option<&str>) -> (Vec<Series<'a
                 format!("process {}", command::stable_name(&p.command, root)),
                 dir,
             );
+            if let Some(what) = crate::helpers::harness_helper(p, list) {
+                omitted.push(Omitted {
+                    name,
+                    why: format!("a harness helper ({what}), not a benchmark"),
+                });
+                continue;
+            }
             match &p.allocator {
                 AllocatorStatus::Probed => processes.push(Series {
                     name,

@@ -15,6 +15,8 @@
 //! - [`diff`]: two runs compared, per process, per benchmark, per counter;
 //! - [`stack_profile`], [`symbolize`], [`stacks_report`]: the allocation call stacks of
 //!   a process symbolized (blazesym), the terminal view of the top stacks;
+//! - [`helpers`]: the processes a benchmark harness starts for itself (criterion's
+//!   gnuplot check, `cargo metadata`), labelled as such;
 //! - [`history`]: a run's figures in Bencher's metric format and github-action-benchmark's
 //!   custom JSON, for the engines that chart them commit by commit;
 //! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs.
@@ -43,6 +45,7 @@ pub mod counter;
 pub mod diff;
 mod error;
 pub mod export;
+pub mod helpers;
 pub mod history;
 pub mod limits;
 pub mod pairing;

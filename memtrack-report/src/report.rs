@@ -224,8 +224,11 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => "still running when its results were saved".to_string(),
         };
+        let helper = crate::helpers::harness_helper(p, processes)
+            .map(|what| format!(" (a harness helper: {what}; not a benchmark)"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "process {} (parent {}): {} [{exit}]\n",
+            "process {} (parent {}): {} [{exit}]{helper}\n",
             p.pid,
             p.ppid,
             escape_control(&p.command.join(" "))
