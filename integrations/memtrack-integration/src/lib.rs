@@ -17,6 +17,7 @@
 //! without memtrack (`helper.rs` says why).
 #![warn(missing_docs)]
 
+pub mod foreign;
 mod helper;
 mod human;
 mod stacks_env;
@@ -145,6 +146,33 @@ pub fn mode(integration: &str) -> Mode {
     match MODE.get() {
         Some(mode) => *mode,
         None => session(integration).mode(),
+    }
+}
+
+/// Before `harness` (`criterion`, `divan`) times benchmark `uri`: says on stderr, once
+/// per uri, when the allocator holds breakpoints that are not memtrack's
+/// ([`foreign::foreign_breakpoints`]), since the timings are then not honest. Looked at
+/// in-process (after the counted iteration's tracker was closed, so no probe of
+/// memtrack's is left) and when not counting; never under `memtrack run`, where the
+/// runner's own probes sit in the allocator and timing is skipped. Returns the warning
+/// printed, if any.
+pub fn check_timing(integration: &str, harness: &str, uri: &str) -> Option<String> {
+    static CHECKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let check = || {
+        let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+        if checked.iter().any(|u| u == uri) {
+            return None;
+        }
+        checked.push(uri.to_owned());
+        let warning = foreign::warning(uri, harness, &foreign::foreign_breakpoints())?;
+        eprintln!("{warning}");
+        Some(warning)
+    };
+    match mode(integration) {
+        Mode::Runner => None,
+        // Its bookkeeping allocates in the helper's heap, not in the timed thread's.
+        Mode::InProcess => on_helper_thread(check),
+        Mode::Disabled => check(),
     }
 }
 
