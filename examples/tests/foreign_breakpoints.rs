@@ -118,6 +118,9 @@ fn run(bin: &str, args: &[&str], foreign: bool) -> (String, String) {
     (stdout, stderr)
 }
 
+/// A harness's binary, its name, its arguments, and the uri of a watch's benchmark.
+type Case<'a> = (&'a str, &'a str, &'a [&'a str], &'a dyn Fn(&str) -> String);
+
 #[test]
 #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
 fn another_tracers_breakpoints_are_named_beside_the_timings() {
@@ -125,7 +128,7 @@ fn another_tracers_breakpoints_are_named_beside_the_timings() {
     // (binary, harness, its arguments, the uri of a watch's benchmark)
     let criterion_uri = |name: &str| name.to_owned();
     let divan_uri = |name: &str| format!("probe_watch_divan::{name}_watched");
-    let cases: [(&str, &str, &[&str], &dyn Fn(&str) -> String); 2] = [
+    let cases: [Case; 2] = [
         (
             CRITERION,
             "criterion",

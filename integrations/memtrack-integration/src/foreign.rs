@@ -116,7 +116,7 @@ fn file_bytes(maps: &str, address: usize) -> Option<(PathBuf, [u8; WINDOW])> {
 }
 
 /// The breakpoints in the allocator now: each byte `0xcc` in memory where the file has
-/// another, in the first [`WINDOW`] bytes of each function (the first of each function
+/// another, in the first 64 bytes of each function (the first of each function
 /// only). Empty when none, or when the functions cannot be read.
 pub fn foreign_breakpoints() -> Vec<ForeignBreakpoint> {
     clean()
