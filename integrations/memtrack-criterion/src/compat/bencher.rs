@@ -30,10 +30,13 @@ impl<'a, M: Measurement> Bencher<'a, M> {
 
     /// Runs `op` on criterion's bencher, if there is one, after saying (once per
     /// benchmark) when another tracer's breakpoints in the allocator make its timings
-    /// dishonest ([`session::check_timing`]).
+    /// dishonest ([`session::check_timing`]). Not for a heap measurement: it times
+    /// nothing, and measures with memtrack's own probes in the allocator.
     fn criterion(&mut self, op: &mut dyn FnMut(&mut ::criterion::Bencher<'_, M>)) {
         if let Some(give) = &mut self.criterion {
-            session::check_timing(INTEGRATION, "criterion", self.uri);
+            if !crate::heap::is_heap::<M>() {
+                session::check_timing(INTEGRATION, "criterion", self.uri);
+            }
             give(op);
         }
     }
