@@ -95,6 +95,18 @@ pub fn render_text_tree(dirs: &[DirResults], options: TextOptions) -> String {
     out
 }
 
+/// What an unmatched free is, said beside their number. memtrack cannot tell one kind
+/// from another per free (the kernel sees a release of a pointer it does not know), so
+/// the kinds are named: blocks allocated before tracking began (or before a reset), a
+/// second release of a block (a double free), and with glibc what an exiting thread
+/// gives back: its per-thread cache (tcache), which glibc allocates inside the
+/// allocator without a `malloc` call, and each chunk still cached in it, which the
+/// program had released already. A thread that allocated adds 1 + one per size class
+/// its cache holds a chunk of (2 for one size); the main thread and `exit()` add none.
+pub const UNMATCHED_CAUSES: &str = "allocated before tracking, released twice, or glibc's \
+     per-thread cache given back at a thread's exit (1 + its cached chunks per exiting \
+     thread)";
+
 /// The width of the widest label of [`stats_rows`] (`mmap/munmap/brk`, `unmatched
 /// frees`): every block's values start in the same column, whichever rows it has.
 const LABEL_WIDTH: usize = 15;
@@ -140,7 +152,7 @@ fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
         row(
             "unmatched frees",
             format!(
-                "{} (pointers memtrack did not see allocated)",
+                "{} (pointers memtrack did not see allocated: {UNMATCHED_CAUSES})",
                 exact(stats.unmatched_frees)
             ),
         );
@@ -392,7 +404,7 @@ process 42 (parent 1): prog --fast [exit 0]
   live at end     1,000 blocks, 31.2 KiB (32,000 B)
   peak live       31.2 KiB (32,000 B)
   failed allocs   1
-  unmatched frees 2 (pointers memtrack did not see allocated)
+  unmatched frees 2 (pointers memtrack did not see allocated: allocated before tracking, released twice, or glibc's per-thread cache given back at a thread's exit (1 + its cached chunks per exiting thread))
   LOST EVENTS     3 (numbers above are not exact)
   mmap/munmap/brk 4 mmap (16 KiB), 0 munmap (0 B), 2 brk (+132 KiB / -0 B)
   calls           free 112, malloc 1,110
