@@ -448,6 +448,48 @@ mod tests {
         );
     }
 
+    /// `report --json` takes a FILE as `run --json` does, and `report --json DIR`
+    /// (no other directory) still prints DIR's JSON on stdout.
+    #[test]
+    fn report_json_takes_a_file_or_stays_on_stdout() {
+        let resolved = |args: &[&str]| -> Result<(String, Option<String>), String> {
+            let argv = ["memtrack", "report"].iter().chain(args);
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Command::Report { dir, json, .. },
+                }) => report_dir(dir, json)
+                    .map(|(d, j)| (d.display().to_string(), j.map(|j| j.display().to_string())))
+                    .map_err(|e| e.to_string()),
+                Ok(_) => panic!("parsed as another command than report"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let ok = |d: &str, j: Option<&str>| Ok((d.to_owned(), j.map(str::to_owned)));
+        assert_eq!(resolved(&["results"]), ok("results", None));
+        assert_eq!(resolved(&["--json", "results"]), ok("results", Some("-")));
+        assert_eq!(resolved(&["results", "--json"]), ok("results", Some("-")));
+        assert_eq!(
+            resolved(&["--json", "-", "results"]),
+            ok("results", Some("-"))
+        );
+        assert_eq!(
+            resolved(&["--json", "out.json", "results"]),
+            ok("results", Some("out.json"))
+        );
+        assert_eq!(
+            resolved(&["--json=out.json", "results"]),
+            ok("results", Some("out.json"))
+        );
+        assert_eq!(
+            resolved(&[]),
+            Err("report needs a results directory: memtrack report [OPTIONS] DIR".into())
+        );
+        assert_eq!(
+            resolved(&["--json"]),
+            Err("report needs a results directory: memtrack report [OPTIONS] DIR".into())
+        );
+    }
+
     /// `report --stacks --top N` lists at least one stack per ranking.
     #[test]
     fn top_is_at_least_one() {
