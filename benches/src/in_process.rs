@@ -55,7 +55,7 @@ pub fn drive<T>(
     let (tracker, new) = timed(Tracker::new);
     let mut tracker = tracker?;
     let sites = tracker
-        .probes()
+        .probes()?
         .iter()
         .map(|p| 1 + usize::from(p.return_probe))
         .sum();

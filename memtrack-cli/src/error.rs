@@ -51,13 +51,17 @@ pub enum Error {
         first: String,
     },
 
-    /// `--json FILE` cannot be written.
-    #[error("--json {}: {problem}", .path.display())]
+    /// A JSON file an option names (`--json FILE`, `--bmf FILE`, `--github-benchmark
+    /// FILE`) cannot be written.
+    #[error("{option} {}: {problem}", .path.display())]
     Json {
+        /// The option: `--json`.
+        option: &'static str,
         /// The file asked for.
         path: PathBuf,
-        /// Why not.
-        problem: JsonProblem,
+        /// Why not (boxed: the error stays small).
+        #[source]
+        problem: Box<JsonProblem>,
     },
 
     /// `--markdown FILE` cannot be appended to.
@@ -99,6 +103,10 @@ pub enum Error {
         /// The new run's.
         new: PathBuf,
     },
+
+    /// `memtrack report` with no results directory.
+    #[error("report needs a results directory: memtrack report [OPTIONS] DIR")]
+    NoReportDir,
 }
 
 /// Shorthand for results of this crate.
@@ -130,7 +138,7 @@ fn command_hint(e: &memtrack::Error) -> String {
     }
 }
 
-/// Why `--json FILE` cannot be written.
+/// Why a JSON file (`--json FILE`, ...) cannot be written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JsonProblem {
@@ -144,7 +152,7 @@ pub enum JsonProblem {
     #[error("its directory: {0}")]
     Dir(#[source] memtrack_record::Error),
     /// Writing it failed.
-    #[error("writing the JSON report: {0}")]
+    #[error("writing it: {0}")]
     Write(#[source] memtrack_record::Error),
 }
 

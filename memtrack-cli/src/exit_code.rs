@@ -1,7 +1,7 @@
 //! The exit codes of `memtrack`, in one place: the binary exits with these, `memtrack
 //! --help` lists them ([`HELP`]), README's "Exit codes" explains them.
 //!
-//! memtrack's own codes sit in 201-203, where no common program's code does: 0-2 are
+//! memtrack's own codes sit in 201-204, where no common program's code does: 0-2 are
 //! everyone's success, failure and usage error, 126 and 127 the shell's "cannot execute"
 //! and "not found", 129-192 a signal (128 + its number, at most 64), 255 `exit(-1)`. A
 //! command can still exit 201 itself: to tell for certain, read the command's exit
@@ -29,6 +29,12 @@ pub const LOST_EVENTS: u8 = 202;
 /// A limit was exceeded: a `--limit` (`run`, `report`), or a `--max-increase` (`diff`).
 pub const LIMIT_EXCEEDED: u8 = 203;
 
+/// `memtrack run`: some result files (or the `--json` file) could not be written (a
+/// full disk, a quota): the report was printed from what memtrack held, and stderr
+/// names each missing file and why. A later `report` or `diff` of the directory lacks
+/// them.
+pub const RESULTS_NOT_SAVED: u8 = 204;
+
 /// The exit codes, for `memtrack --help`.
 pub const HELP: &str = "\
 Exit codes:
@@ -41,7 +47,9 @@ Exit codes:
        nothing in common)
   202  events were lost (numbers not exact) and --fail-on-lost was given
   203  a limit was exceeded (--limit; memtrack diff --max-increase)
-201 wins over everything; then a failing command's code; then 203; then 202.";
+  204  memtrack run: results not saved (a full disk...): the report was printed, the
+       files missing are named on stderr
+201 wins over everything; then 204; then a failing command's code; then 203; then 202.";
 
 /// What decides the exit code of a command that ran: its own code, and what memtrack
 /// found in its results.
@@ -53,14 +61,19 @@ pub struct Outcome {
     pub limit_exceeded: bool,
     /// Events were lost and `--fail-on-lost` was given.
     pub lost_is_failure: bool,
+    /// Some result file could not be written.
+    pub not_saved: bool,
 }
 
 impl Outcome {
-    /// The exit code: a failing command's own code first (its failure is what happened;
-    /// memtrack's findings are on stderr), then [`LIMIT_EXCEEDED`], then
-    /// [`LOST_EVENTS`], else 0.
+    /// The exit code: [`RESULTS_NOT_SAVED`] first (a CI job must not take a run whose
+    /// results are missing for a good one; the command's code is in the report), then a
+    /// failing command's own code (its failure is what happened; memtrack's findings
+    /// are on stderr), then [`LIMIT_EXCEEDED`], then [`LOST_EVENTS`], else 0.
     pub fn code(self) -> u8 {
-        if self.command != SUCCESS {
+        if self.not_saved {
+            RESULTS_NOT_SAVED
+        } else if self.command != SUCCESS {
             self.command
         } else if self.limit_exceeded {
             LIMIT_EXCEEDED
@@ -77,13 +90,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_failing_command_wins_then_limits_then_lost_events() {
+    fn unsaved_results_win_then_a_failing_command_then_limits_then_lost_events() {
         let all = Outcome {
             command: 3,
             limit_exceeded: true,
             lost_is_failure: true,
+            not_saved: true,
         };
-        assert_eq!(all.code(), 3);
+        assert_eq!(all.code(), RESULTS_NOT_SAVED);
+        let saved = Outcome {
+            not_saved: false,
+            ..all
+        };
+        assert_eq!(saved.code(), 3);
+        let all = saved;
         let ok_command = Outcome { command: 0, ..all };
         assert_eq!(ok_command.code(), LIMIT_EXCEEDED);
         let lost_only = Outcome {
@@ -96,13 +116,19 @@ mod tests {
 
     #[test]
     fn memtracks_codes_are_none_a_program_or_a_signal_commonly_gives() {
-        for code in [MEMTRACK_FAILED, LOST_EVENTS, LIMIT_EXCEEDED] {
+        for code in [
+            MEMTRACK_FAILED,
+            LOST_EVENTS,
+            LIMIT_EXCEEDED,
+            RESULTS_NOT_SAVED,
+        ] {
             assert!(code > 128 + 64 && code != 255, "{code}");
         }
         for code in [
             MEMTRACK_FAILED,
             LOST_EVENTS,
             LIMIT_EXCEEDED,
+            RESULTS_NOT_SAVED,
             COMMAND_NOT_FOUND,
         ] {
             assert!(

@@ -10,6 +10,7 @@
 //!
 //! - [`runner`]: run a command under the tracker with the FIFO server, write the
 //!   results;
+//! - [`unsaved`]: a file of a run that could not be written, and why;
 //! - [`exit_code`]: every exit code of the binary;
 //! - [`Error`]: everything the binary reports when it fails, with its exit code.
 //!
@@ -22,5 +23,6 @@ mod error;
 pub mod exit_code;
 mod output;
 pub mod runner;
+pub mod unsaved;
 
 pub use error::{Error, JsonProblem, NoResults, NoStacks, Result};

@@ -5,7 +5,8 @@
 //!              [--no-syscalls] [--stacks[=DEPTH] [--no-stack-cache]] [--limit LIMIT]...
 //!              [--limits FILE] [--fail-on-lost]
 //!              -- CMD [ARGS...]
-//! memtrack report DIR [--json] [--probes] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
+//! memtrack report DIR [--json [FILE|-]] [--bmf FILE] [--github-benchmark FILE] [--probes]
+//!                 [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
 //! memtrack report --stacks DIR [--top N] [--benchmark URI | --image N] [--dhat FILE]
 //!                 [--pprof FILE] [--flamegraph-dir DIR]
 //! memtrack diff BASE NEW [--counter LIST] [--max-increase PCT] [--markdown FILE]
@@ -155,10 +156,27 @@ enum Command {
     #[command(after_help = exit_code::HELP)]
     Report {
         /// The results directory.
-        dir: PathBuf,
-        /// Print one JSON object instead of the human report.
-        #[arg(long)]
-        json: bool,
+        dir: Option<PathBuf>,
+        /// The JSON report: alone on stdout instead of the human report (`--json`,
+        /// `--json -`), or written to FILE (mode 0600) beside the human report, as `run
+        /// --json FILE` does. `report --json DIR` (no other directory given) prints DIR's
+        /// JSON report on stdout.
+        #[arg(
+            long,
+            value_name = "FILE",
+            num_args = 0..=1,
+            default_missing_value = "-"
+        )]
+        json: Option<PathBuf>,
+        /// Also write each benchmark's and process's allocations, bytes allocated, peak
+        /// live bytes and live bytes at end to FILE in Bencher Metric Format (BMF JSON,
+        /// for `bencher run --adapter json --file FILE`).
+        #[arg(long, value_name = "FILE")]
+        bmf: Option<PathBuf>,
+        /// Also write them to FILE as github-action-benchmark's customSmallerIsBetter
+        /// JSON (an array of {name, unit, value, extra}).
+        #[arg(long, value_name = "FILE")]
+        github_benchmark: Option<PathBuf>,
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
@@ -166,7 +184,7 @@ enum Command {
         checks: Checks,
         /// Show where the memory goes: the top allocation call stacks of each process
         /// by bytes allocated, at peak and leaked, symbolized.
-        #[arg(long, conflicts_with_all = ["json", "probes"])]
+        #[arg(long, conflicts_with_all = ["json", "probes", "bmf", "github_benchmark"])]
         stacks: bool,
         /// How many stacks each ranking of --stacks lists.
         #[arg(
@@ -206,8 +224,12 @@ enum Command {
     /// Compare the results of two runs: per process, per benchmark, per counter.
     ///
     /// Both directories are read as `memtrack report` reads them (recursively).
-    /// Processes are matched by command line and position, benchmarks by uri; each
-    /// counter is shown in both runs with its absolute and relative change.
+    /// Benchmarks are matched by uri; processes by command line (a cargo hash left
+    /// out), then across checkouts (the directories two program paths differ by read as
+    /// one), then without harness flags (--measurement-time, --bench, ...), then by
+    /// their place in the process tree when unambiguous. Each counter is shown in both
+    /// runs with its absolute and relative change; how each pair was matched and what
+    /// stayed unmatched are listed after the table.
     #[command(after_help = exit_code::HELP)]
     Diff {
         /// The results of the run compared against (e.g. the main branch's).
@@ -296,7 +318,7 @@ fn dispatch(command: Command) -> Result<u8, Error> {
             cli::run::run(options, json.as_deref(), probes, &checks, cmd)
         }
         Command::Report {
-            dir,
+            dir: Some(dir),
             stacks: true,
             top,
             benchmark,
@@ -319,10 +341,25 @@ fn dispatch(command: Command) -> Result<u8, Error> {
         Command::Report {
             dir,
             json,
+            bmf,
+            github_benchmark,
             probes,
             checks,
             ..
-        } => cli::report::report(&dir, json, probes, &checks.resolve()?),
+        } => {
+            let (dir, json) = report_dir(dir, json)?;
+            let open = |option, path: Option<PathBuf>| {
+                path.map(|p| cli::out_file::OutFile::open(option, &p, None))
+                    .transpose()
+            };
+            let outputs = cli::report::Outputs {
+                json: open("--json", json)?,
+                probes,
+                bmf: open("--bmf", bmf)?,
+                github_benchmark: open("--github-benchmark", github_benchmark)?,
+            };
+            cli::report::report(&dir, &outputs, &checks.resolve()?)
+        }
         Command::Diff {
             base,
             new,
@@ -336,6 +373,21 @@ fn dispatch(command: Command) -> Result<u8, Error> {
             };
             cli::diff::diff(&base, &new, &options, markdown.as_deref())
         }
+    }
+}
+
+/// `report`'s directory and `--json` destination: `report --json DIR` without another
+/// directory is DIR's JSON on stdout (as before `--json` took a file).
+fn report_dir(
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> Result<(PathBuf, Option<PathBuf>), Error> {
+    match (dir, json) {
+        (Some(dir), json) => Ok((dir, json)),
+        (None, Some(json)) if json != std::path::Path::new("-") => {
+            Ok((json, Some(PathBuf::from("-"))))
+        }
+        (None, _) => Err(Error::NoReportDir),
     }
 }
 
@@ -393,6 +445,48 @@ mod tests {
         assert!(
             err.contains("a negative increase cannot be allowed"),
             "{err}"
+        );
+    }
+
+    /// `report --json` takes a FILE as `run --json` does, and `report --json DIR`
+    /// (no other directory) still prints DIR's JSON on stdout.
+    #[test]
+    fn report_json_takes_a_file_or_stays_on_stdout() {
+        let resolved = |args: &[&str]| -> Result<(String, Option<String>), String> {
+            let argv = ["memtrack", "report"].iter().chain(args);
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Command::Report { dir, json, .. },
+                }) => report_dir(dir, json)
+                    .map(|(d, j)| (d.display().to_string(), j.map(|j| j.display().to_string())))
+                    .map_err(|e| e.to_string()),
+                Ok(_) => panic!("parsed as another command than report"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let ok = |d: &str, j: Option<&str>| Ok((d.to_owned(), j.map(str::to_owned)));
+        assert_eq!(resolved(&["results"]), ok("results", None));
+        assert_eq!(resolved(&["--json", "results"]), ok("results", Some("-")));
+        assert_eq!(resolved(&["results", "--json"]), ok("results", Some("-")));
+        assert_eq!(
+            resolved(&["--json", "-", "results"]),
+            ok("results", Some("-"))
+        );
+        assert_eq!(
+            resolved(&["--json", "out.json", "results"]),
+            ok("results", Some("out.json"))
+        );
+        assert_eq!(
+            resolved(&["--json=out.json", "results"]),
+            ok("results", Some("out.json"))
+        );
+        assert_eq!(
+            resolved(&[]),
+            Err("report needs a results directory: memtrack report [OPTIONS] DIR".into())
+        );
+        assert_eq!(
+            resolved(&["--json"]),
+            Err("report needs a results directory: memtrack report [OPTIONS] DIR".into())
         );
     }
 

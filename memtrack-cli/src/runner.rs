@@ -26,6 +26,7 @@ use std::{
     },
 };
 
+use crate::unsaved::Unsaved;
 use fifo_protocol::{
     Command, FifoRunner, IntegrationMode, LogSummary, MarkerResult, RegionCounters, Reply,
 };
@@ -99,6 +100,9 @@ pub struct RunOutcome {
     /// What became of the preallocated live-block entries reserved after start-up
     /// ([`memtrack::ProcessTracker::later_live_blocks`]).
     pub later_live_blocks: memtrack::LaterLiveBlocks,
+    /// The files that could not be written (a full disk...): the run's results are
+    /// complete here, in `results`, `markers` and `stacks`, but missing from `dir`.
+    pub unsaved: Vec<Unsaved>,
 }
 
 /// The pid signals are forwarded to (0: none yet).
@@ -324,8 +328,8 @@ fn write_stacks(out: &OutputDir, pid: u32, stacks: &ProcessStacks) -> memtrack::
 
 /// Writes the result (and, with stacks, the stacks file) of each process as it exits,
 /// until the tracker stops following (the channel ends); returns what it wrote, by pid.
-/// A failure is said on stderr: the end of the run writes that file again, and reports
-/// a failure then as an error.
+/// What fails is not returned: the end of the run writes that file again, and reports
+/// it as not saved ([`RunOutcome::unsaved`]) if that fails too.
 fn write_on_exit(
     exits: std::sync::mpsc::Receiver<TrackedProcess>,
     regions: &Mutex<Regions>,
@@ -343,22 +347,15 @@ fn write_on_exit(
         let result = MemtrackResult::new(process);
         let written_file = out.write_file(&result.file_name(), &result.to_bytes());
         let process = result.process;
-        if let Err(e) = written_file {
-            eprintln!(
-                "memtrack: cannot write the result of process {} as it exited: {e}",
-                process.pid
-            );
+        // A failure is left to the end of the run, which writes the file again and
+        // names it if that fails too (a line now would name a file that may be saved).
+        if written_file.is_err() {
             continue;
         }
-        let stacks = stacks.and_then(|stacks| match write_stacks(out, process.pid, &stacks) {
-            Ok(()) => Some(stacks),
-            Err(e) => {
-                eprintln!(
-                    "memtrack: cannot write the stacks of process {} as it exited: {e}",
-                    process.pid
-                );
-                None
-            }
+        let stacks = stacks.and_then(|stacks| {
+            write_stacks(out, process.pid, &stacks)
+                .ok()
+                .map(|()| stacks)
         });
         written.insert(process.pid, WrittenAtExit { process, stacks });
     }
@@ -550,7 +547,9 @@ impl fifo_protocol::Handler for MemoryHandler {
 /// [`replace`](RunOptions::replace)) fails before the command runs, and every file
 /// is written through that handle ([`OutputDir`]), owned by
 /// [`run_as`](RunOptions::run_as) when given. A directory memtrack created is removed
-/// again if the run fails before anything was written in it.
+/// again if the run fails before anything was written in it. A file that cannot be
+/// written once the command ran (a full disk) fails nothing else: it is listed in
+/// [`RunOutcome::unsaved`], and the outcome holds every result.
 pub fn run(spec: CommandSpec, options: &RunOptions) -> Result<RunOutcome> {
     let out = match &options.output {
         Some(path) => OutputDir::open(path, options.run_as)?,
@@ -670,7 +669,7 @@ fn serve_and_wait(
         .map(|(pid, now)| (pid, regions.stacks_of(pid, now)))
         .collect();
     stacks.sort_by_key(|(pid, _)| *pid);
-    write_all(out, &results, &stacks, &written, &markers)?;
+    let unsaved = write_all(out, &results, &stacks, &written, &markers);
     Ok(RunOutcome {
         exit,
         results,
@@ -680,11 +679,12 @@ fn serve_and_wait(
         stacks,
         stack_walks,
         later_live_blocks,
+        unsaved,
     })
 }
 
 /// Writes every file, going on past a failure (the others are still worth having), and
-/// returns the first failure. A process's result (or stacks file) that was written as it
+/// returns those not saved. A process's result (or stacks file) that was written as it
 /// exited and has not changed since is not written again (a process that exited before
 /// the first benchmark region has changed: its counters were zeroed then).
 fn write_all(
@@ -693,8 +693,16 @@ fn write_all(
     stacks: &[(u32, ProcessStacks)],
     written: &HashMap<u32, WrittenAtExit>,
     markers: &MarkerResult,
-) -> Result<()> {
-    let mut first_failure = None;
+) -> Vec<Unsaved> {
+    let mut unsaved = Vec::new();
+    let mut failed =
+        |name: String, what: String, source: Box<dyn std::error::Error + Send + Sync>| {
+            unsaved.push(Unsaved {
+                path: out.path().join(name),
+                what,
+                source,
+            });
+        };
     for process in &results.processes {
         let at_exit = written.get(&process.pid);
         if at_exit.is_some_and(|w| &w.process == process) {
@@ -702,7 +710,8 @@ fn write_all(
         }
         let result = MemtrackResult::new(process.clone());
         if let Err(e) = out.write_file(&result.file_name(), &result.to_bytes()) {
-            first_failure.get_or_insert(Error::Record(e));
+            let what = format!("the result of process {}", process.pid);
+            failed(result.file_name(), what, Box::new(e));
         }
     }
     for (pid, process_stacks) in stacks {
@@ -713,7 +722,8 @@ fn write_all(
             continue;
         }
         if let Err(e) = write_stacks(out, *pid, process_stacks) {
-            first_failure.get_or_insert(Error::Tracking(e));
+            let name = memtrack::stacks::stacks_file_name(*pid);
+            failed(name, format!("the stacks of process {pid}"), Box::new(e));
         }
     }
     let name = fifo_protocol::MARKER_RESULT_FILE_NAME;
@@ -725,7 +735,11 @@ fn write_all(
         })
         .and_then(|bytes| Ok(out.write_file(name, &bytes)?));
     if let Err(e) = written {
-        first_failure.get_or_insert(e);
+        failed(
+            name.to_owned(),
+            "the integrations' benchmark markers".into(),
+            Box::new(e),
+        );
     }
-    first_failure.map_or(Ok(()), Err)
+    unsaved
 }

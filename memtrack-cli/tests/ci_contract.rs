@@ -399,7 +399,7 @@ fn diff_names_the_benchmark_that_allocates_ten_percent_more() {
     assert!(
         table.starts_with(
             "memtrack diff: 12 counters compared (alloc_calls, bytes_allocated, \
-             peak_live_bytes) in 4 processes and benchmarks: 4 above +5%\n"
+             peak_live_bytes) in 1 process and 3 benchmarks: 4 above +5%\n"
         ),
         "{table}"
     );
@@ -450,7 +450,7 @@ fn diff_names_the_benchmark_that_allocates_ten_percent_more() {
     assert_code(&out, LIMIT_EXCEEDED);
     assert!(
         text(&out.stdout).starts_with(
-            "memtrack diff: 4 counters compared (alloc_calls) in 4 processes and benchmarks: \
+            "memtrack diff: 4 counters compared (alloc_calls) in 1 process and 3 benchmarks: \
              1 above +5%\n"
         ),
         "{}",

@@ -133,6 +133,21 @@ pub enum Error {
         source: nix::Error,
     },
 
+    /// A call that leaves the calling thread out of the count for its duration
+    /// ([`Tracker::probes`](crate::Tracker::probes), `stacks`, `process`, `reset`, ...)
+    /// did its work but could not switch counting back as it was: the kernel still has
+    /// it paused for this thread (or off). Counting is what [`Tracker::start`](crate::Tracker::start) or
+    /// [`Tracker::stop`](crate::Tracker::stop) sets next; until then, allocations of this thread are not
+    /// counted.
+    #[error(
+        "counting could not be switched back on after the tracker's own work: {source};          this thread's allocations are not counted until Tracker::start or stop is          called again"
+    )]
+    CountingNotRestored {
+        /// Why the kernel's state could not be set.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// Reading or writing the record failed: a result or stacks file, the results
     /// directory, the tree of result directories.
     #[error(transparent)]

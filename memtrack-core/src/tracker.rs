@@ -9,8 +9,10 @@ use memtrack_common::TrackState;
 #[cfg(doc)]
 use crate::ProcessTracker;
 use crate::{
-    AllocatorStatus, OutputDir, ProbeInfo, Stats, TrackedProcess, TrackerBuilder, error::Result,
-    follow::registry::ProcessRecord, shared::Shared,
+    AllocatorStatus, OutputDir, ProbeInfo, Stats, TrackedProcess, TrackerBuilder,
+    error::{Error, Result},
+    follow::registry::ProcessRecord,
+    shared::Shared,
 };
 
 /// Which calls of the calling process a [`Tracker`] counts.
@@ -146,7 +148,10 @@ impl Tracker {
     /// [`start`](Self::start) and [`stop`](Self::stop) do not. Threads calling it at
     /// once take turns: the kernel keeps one state, and a second thread's pause would
     /// otherwise replace the first's, the first's restore then counting the second's
-    /// work. Not to be nested (the lock is not reentrant).
+    /// work. Not to be nested (the lock is not reentrant). Fails, without running
+    /// `work`, when counting cannot be paused, and with
+    /// [`Error::CountingNotRestored`] (`work`'s result then dropped) when it cannot be
+    /// switched back.
     fn uncounted<T>(&self, work: impl FnOnce() -> T) -> Result<T> {
         let state = self.state;
         let me = nix::unistd::gettid().as_raw() as u32;
@@ -169,7 +174,11 @@ impl Tracker {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.shared.set_all_states(paused)?;
         let out = work();
-        self.shared.set_all_states(state)?;
+        self.shared
+            .set_all_states(state)
+            .map_err(|e| Error::CountingNotRestored {
+                source: Box::new(e),
+            })?;
         Ok(out)
     }
 
@@ -209,10 +218,10 @@ impl Tracker {
     }
 
     /// The per-stack counters of this process so far; `None` unless built with
-    /// [`TrackerBuilder::stacks`]. Not counted, as [`probes`](Self::probes).
-    pub fn stacks(&self) -> Option<crate::stacks::ProcessStacks> {
-        let read = || self.shared.engine.lock().stacks(self.pid);
-        self.uncounted(read).unwrap_or_else(|_| read())
+    /// [`TrackerBuilder::stacks`]. Not counted, as [`probes`](Self::probes), and fails
+    /// as it does.
+    pub fn stacks(&self) -> Result<Option<crate::stacks::ProcessStacks>> {
+        self.uncounted(|| self.shared.engine.lock().stacks(self.pid))
     }
 
     /// Writes this process's stacks file into `out` (`{pid}.MemtrackStacks.msgpack`,
@@ -241,11 +250,12 @@ impl Tracker {
     }
 
     /// The probes attached to this process (what was measured). Not counted, even
-    /// while counting is on (unless counting could not be switched off for the call,
-    /// which fails only as `start` would).
-    pub fn probes(&self) -> Vec<ProbeInfo> {
-        let read = || self.shared.probes(self.pid);
-        self.uncounted(read).unwrap_or_else(|_| read())
+    /// while counting is on. Fails when counting cannot be switched off for the call
+    /// (as [`start`](Self::start) would fail), and with [`Error::CountingNotRestored`]
+    /// when it cannot be switched back after it: a failure never passes silently as a
+    /// count that goes on without this thread.
+    pub fn probes(&self) -> Result<Vec<ProbeInfo>> {
+        self.uncounted(|| self.shared.probes(self.pid))
     }
 
     /// Events that could not be attributed to any process (see

@@ -45,7 +45,7 @@ fn process_scope() {
     assert_eq!(tracker.unattributed_lost_events(), 0);
 
     // What was probed: this process's libc, malloc with a return probe, free without.
-    let probes = tracker.probes();
+    let probes = tracker.probes().unwrap();
     let probe = |function: &str| {
         probes
             .iter()
@@ -109,11 +109,11 @@ fn process_scope() {
     // (as unmatched), so it is kept until after stop.
     tracker.reset().unwrap();
     tracker.start().unwrap();
-    let probes = tracker.probes();
+    let probes = tracker.probes().unwrap();
     let process = tracker.process().unwrap();
-    let stacks = tracker.stacks();
+    let stacks = tracker.stacks().unwrap();
     tracker.reset().unwrap();
-    let probes_again = tracker.probes();
+    let probes_again = tracker.probes().unwrap();
     tracker.stop().unwrap();
     assert_eq!(tracker.collect().unwrap(), zero);
     assert!(!probes.is_empty() && stacks.is_none());
@@ -155,7 +155,7 @@ fn process_scope() {
                     ready.wait();
                     go.wait();
                     for _ in 0..CALLS {
-                        kept.push(shared.read().unwrap().probes());
+                        kept.push(shared.read().unwrap().probes().unwrap());
                     }
                     done.wait();
                     done.wait();

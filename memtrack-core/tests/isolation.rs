@@ -39,6 +39,7 @@ struct Site {
 fn sites(tracker: &Tracker) -> Vec<Site> {
     let mut sites: Vec<Site> = tracker
         .probes()
+        .unwrap()
         .iter()
         .flat_map(|p| {
             let entry = Some(p.file_offset + p.entry_offset);
@@ -156,7 +157,7 @@ fn probes_are_in_the_tracked_process_only_and_gone_after_close() {
     assert!(
         !sites.is_empty(),
         "the tracker reports no probe: {:#?}",
-        tracker.probes()
+        tracker.probes().unwrap()
     );
     for site in &sites {
         let original = file_byte(site);

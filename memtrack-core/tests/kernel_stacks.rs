@@ -412,7 +412,7 @@ fn in_process_tracker_writes_its_stacks_file() {
     let path = tracker.write_stacks(&out).unwrap().expect("stacks are on");
     assert_eq!(path, dir.path().join(stacks_file_name(std::process::id())));
     let written: ProcessStacks = rmp_serde::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let mut read = tracker.stacks().unwrap();
+    let mut read = tracker.stacks().unwrap().unwrap();
     assert!(written.process.start_ns > 0 && written.process.end_ns > written.process.start_ns);
     read.process.start_ns = written.process.start_ns;
     read.process.end_ns = written.process.end_ns;

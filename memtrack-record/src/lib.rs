@@ -39,6 +39,7 @@ mod results;
 pub mod stacks;
 mod stacks_merge;
 mod stats;
+mod text;
 pub mod timeline;
 
 pub use bounded_read::{MAX_RESULT_FILE_BYTES, MAX_STACKS_FILE_BYTES};
@@ -50,3 +51,4 @@ pub use results::{
     MemtrackResult, RESULT_FILE_SUFFIX, ResultScan, RunResults, SCHEMA_VERSION, is_result_file_name,
 };
 pub use stats::{FunctionStats, SizeBucket, Stats, SyscallStats};
+pub use text::escape_control;

@@ -2,26 +2,22 @@
 //! report` finds them, recursively), per process and per benchmark, per counter:
 //! absolute and relative change, and whether it is above `--max-increase`.
 //!
-//! Matching, since pids differ from run to run:
-//!
-//! - a **process** is matched by its command line and its position among the processes
-//!   with that command line (in the order they started). In the program's name a
-//!   trailing cargo hash (`-` and 16 hex digits, `alloc-1a2b3c4d5e6f7a8b`) is left out,
-//!   since a rebuilt benchmark binary gets a new one;
-//! - a **benchmark** is matched by its uri and its position among the regions with that
-//!   uri, in whichever process it ran.
-//!
-//! Processes and benchmarks found in one run only are listed, and fail nothing.
+//! What is compared with what is [`crate::pairing`]'s: benchmarks by uri, processes by
+//! command line, with a cargo hash, a moved checkout and harness flags left out, then by
+//! their place in the process tree. The text says how each pair was matched;
+//! `--max-increase` applies to every pair, however matched. Processes and benchmarks
+//! found in one run only are listed, and fail nothing.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::path::Path;
 
-use memtrack_record::{Stats, TrackedProcess};
 use tabled::{builder::Builder, settings::Style};
 
-use crate::{counter::Counter, limits::DirResults, units};
+use crate::{
+    counter::Counter,
+    limits::DirResults,
+    pairing::{self, MatchedBy},
+    units,
+};
 
 /// The largest allowed increase of a counter, as a fraction `numerator / denominator`
 /// (`5%` is 5/100; `2.5%` is 25/1000).
@@ -163,9 +159,16 @@ fn signed(delta: i128) -> String {
 /// A process or benchmark found in both runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Compared {
-    /// `benchmark URI` or `process COMMAND` (`#2` after it for the second of that
-    /// command line), with ` in DIR` for a directory below the one given.
+    /// BASE's: `benchmark URI` or `process COMMAND` (`#2` after it for the second of that
+    /// uri or command line), with ` in DIR` for a directory below the one given
+    /// ([`pairing::Entry::what`]).
     pub what: String,
+    /// NEW's, named alike (the same as `what` when matched by uri or command line).
+    pub new_what: String,
+    /// How the two were paired.
+    pub matched_by: MatchedBy,
+    /// Whether it is a benchmark (else a whole process).
+    pub benchmark: bool,
     /// One per counter compared.
     pub changes: Vec<Change>,
     /// A benchmark that did not finish in either run (`BenchmarkStats::unfinished`): its
@@ -201,111 +204,49 @@ impl Diff {
     }
 }
 
-/// A process's command line for matching: with a cargo hash left out of the program's
-/// name (see the module documentation).
-fn command_key(command: &[String]) -> String {
-    let mut parts: Vec<String> = command.to_vec();
-    if let Some(program) = parts.first_mut() {
-        let (dir, name) = match program.rsplit_once('/') {
-            Some((dir, name)) => (format!("{dir}/"), name),
-            None => (String::new(), program.as_str()),
-        };
-        if let Some((stem, hash)) = name.rsplit_once('-')
-            && hash.len() == 16
-            && hash.bytes().all(|b| b.is_ascii_hexdigit())
-        {
-            *program = format!("{dir}{stem}");
-        }
-    }
-    parts.join(" ")
-}
-
-/// ` in DIR`, or nothing for the directory given.
-fn place(dir: &Path) -> String {
-    if dir.as_os_str().is_empty() {
-        String::new()
-    } else {
-        format!(" in {}", dir.display())
-    }
-}
-
-/// Everything of one run to match, keyed by (directory, kind order, name, position):
-/// what it is, its counters, and whether it is a benchmark that did not finish.
-type Keyed<'a> = BTreeMap<(PathBuf, u8, String, usize), (String, &'a Stats, bool)>;
-
-fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
-    let mut out = Keyed::new();
-    for (dir, processes) in dirs {
-        let mut ordered: Vec<&TrackedProcess> = processes.iter().collect();
-        ordered.sort_by_key(|p| (p.started_ns, p.pid));
-        let mut seen: BTreeMap<(u8, String), usize> = BTreeMap::new();
-        let mut position = |kind: u8, name: &str| {
-            let n = seen.entry((kind, name.to_owned())).or_insert(0);
-            *n += 1;
-            *n
-        };
-        for p in &ordered {
-            for b in &p.benchmarks {
-                let n = position(0, &b.uri);
-                let what = format!("benchmark {}{}{}", b.uri, nth(n), place(dir));
-                out.insert(
-                    (dir.to_path_buf(), 0, b.uri.clone(), n),
-                    (what, &b.stats, b.unfinished),
-                );
-            }
-        }
-        for p in &ordered {
-            let key = command_key(&p.command);
-            let n = position(1, &key);
-            let what = format!("process {}{}{}", p.command.join(" "), nth(n), place(dir));
-            out.insert((dir.to_path_buf(), 1, key, n), (what, &p.stats, false));
-        }
-    }
-    out
-}
-
-/// ` #2` for the second of a name, nothing for the first.
-fn nth(n: usize) -> String {
-    if n == 1 {
-        String::new()
-    } else {
-        format!(" #{n}")
-    }
-}
-
-/// Compares two runs (each: its directories' results).
+/// Compares two runs (each: its directories' results), paired by [`pairing::pair`].
 pub fn diff(base: &[DirResults], new: &[DirResults], options: &DiffOptions) -> Diff {
-    let (base, mut new) = (keyed(base), keyed(new));
-    let mut out = Diff::default();
-    for (key, (what, base_stats, base_unfinished)) in base {
-        let Some((_, new_stats, new_unfinished)) = new.remove(&key) else {
-            out.only_in_base.push(what);
-            continue;
-        };
-        let unfinished = base_unfinished || new_unfinished;
-        let changes = options
-            .counters
-            .iter()
-            .map(|&counter| {
-                let (b, n) = (counter.of(base_stats), counter.of(new_stats));
-                Change {
-                    counter,
-                    base: b,
-                    new: n,
-                    exceeded: options
-                        .max_increase
-                        .is_some_and(|m| unfinished || m.exceeded(b, n)),
-                }
-            })
-            .collect();
-        out.compared.push(Compared {
-            what,
-            changes,
-            unfinished,
-        });
+    compare(&pairing::pair(base, new), options)
+}
+
+/// Compares the pairs of two runs, counter by counter.
+pub fn compare(pairs: &pairing::Pairing, options: &DiffOptions) -> Diff {
+    let compared = pairs
+        .pairs
+        .iter()
+        .map(|pair| {
+            let unfinished = pair.base.unfinished() || pair.new.unfinished();
+            let (base_stats, new_stats) = (pair.base.stats(), pair.new.stats());
+            let changes = options
+                .counters
+                .iter()
+                .map(|&counter| {
+                    let (b, n) = (counter.of(base_stats), counter.of(new_stats));
+                    Change {
+                        counter,
+                        base: b,
+                        new: n,
+                        exceeded: options
+                            .max_increase
+                            .is_some_and(|m| unfinished || m.exceeded(b, n)),
+                    }
+                })
+                .collect();
+            Compared {
+                what: pair.base.what(),
+                new_what: pair.new.what(),
+                matched_by: pair.matched_by.clone(),
+                benchmark: pair.base.is_benchmark(),
+                changes,
+                unfinished,
+            }
+        })
+        .collect();
+    Diff {
+        compared,
+        only_in_base: pairs.only_in_base.iter().map(|e| e.what()).collect(),
+        only_in_new: pairs.only_in_new.iter().map(|e| e.what()).collect(),
     }
-    out.only_in_new = new.into_values().map(|(what, _, _)| what).collect();
-    out
 }
 
 /// The rows of the comparison table: what, counter, base, new, change, verdict.
@@ -376,12 +317,54 @@ fn summary(diff: &Diff, options: &DiffOptions) -> String {
             verdict
         }
     };
+    let benchmarks = diff.compared.iter().filter(|c| c.benchmark).count();
+    let processes = diff.compared.len() - benchmarks;
+    let mut what = Vec::new();
+    if processes != 0 || benchmarks == 0 {
+        what.push(of(processes, "process", "processes"));
+    }
+    if benchmarks != 0 {
+        what.push(of(benchmarks, "benchmark", "benchmarks"));
+    }
     format!(
-        "{} counters compared ({}) in {} processes and benchmarks: {verdict}",
-        diff.changes(),
+        "{} compared ({}) in {}: {verdict}",
+        of(diff.changes(), "counter", "counters"),
         names.join(", "),
-        diff.compared.len()
+        what.join(" and ")
     )
+}
+
+/// `1 process`, `2 processes`.
+fn of(n: usize, one: &str, many: &str) -> String {
+    format!(
+        "{} {}",
+        units::exact(n as u64),
+        if n == 1 { one } else { many }
+    )
+}
+
+/// How each pair was matched: one line for those named alike on both sides (`matched
+/// by same uri: 3 benchmarks`), one for each other pair, both sides named.
+fn matched_lines(diff: &Diff, bullet: &str, code: impl Fn(&str) -> String) -> String {
+    let mut out = String::new();
+    for (how, one, many) in [
+        (MatchedBy::Uri, "benchmark", "benchmarks"),
+        (MatchedBy::Command, "process", "processes"),
+    ] {
+        let n = diff.compared.iter().filter(|c| c.matched_by == how).count();
+        if n != 0 {
+            out.push_str(&format!("{bullet}matched by {how}: {}\n", of(n, one, many)));
+        }
+    }
+    for c in diff.compared.iter().filter(|c| !c.matched_by.is_exact()) {
+        out.push_str(&format!(
+            "{bullet}matched by {}: {} ↔ {}\n",
+            c.matched_by,
+            code(&c.what),
+            code(&c.new_what)
+        ));
+    }
+    out
 }
 
 fn only_lines(diff: &Diff, bullet: &str, code: impl Fn(&str) -> String) -> String {
@@ -403,6 +386,7 @@ pub fn render_text(diff: &Diff, options: &DiffOptions) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    out.push_str(&matched_lines(diff, "", |s| s.to_owned()));
     out.push_str(&only_lines(diff, "", |s| s.to_owned()));
     out
 }
@@ -419,10 +403,10 @@ pub fn render_markdown(diff: &Diff, options: &DiffOptions, base: &Path, new: &Pa
         code(&new.display().to_string()),
         summary(diff, options)
     );
-    let only = only_lines(diff, "- ", code);
-    if !only.is_empty() {
+    let lines = matched_lines(diff, "- ", code) + &only_lines(diff, "- ", code);
+    if !lines.is_empty() {
         out.push('\n');
-        out.push_str(&only);
+        out.push_str(&lines);
     }
     out
 }
@@ -430,7 +414,7 @@ pub fn render_markdown(diff: &Diff, options: &DiffOptions, base: &Path, new: &Pa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memtrack_record::BenchmarkStats;
+    use memtrack_record::{BenchmarkStats, Stats, TrackedProcess};
 
     fn max(text: &str) -> MaxIncrease {
         text.parse().unwrap()
@@ -497,17 +481,6 @@ mod tests {
         assert_eq!(change(Counter::AllocCalls, 0, 5).show(), "+5 (from 0)");
     }
 
-    #[test]
-    fn cargo_hashes_are_left_out_of_program_names() {
-        let key = |c: &[&str]| command_key(&c.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(
-            key(&["target/release/deps/alloc-1a2b3c4d5e6f7a8b", "--bench"]),
-            "target/release/deps/alloc --bench"
-        );
-        assert_eq!(key(&["my-program", "x"]), "my-program x");
-        assert_eq!(key(&["alloc-1a2b3c4d5e6f7a8b"]), "alloc");
-    }
-
     fn process(
         pid: u32,
         started: u64,
@@ -557,7 +530,7 @@ mod tests {
         let text = render_text(&d, &options);
         assert!(
             text.starts_with(
-                "memtrack diff: 3 counters compared (alloc_calls) in 3 processes and \
+                "memtrack diff: 3 counters compared (alloc_calls) in 1 process and 2 \
                  benchmarks: none above +5%; 1 benchmark unfinished (partial counters: failed)\n"
             ),
             "{text}"
@@ -624,7 +597,7 @@ mod tests {
         let text = render_text(&d, &options);
         assert!(
             text.starts_with(
-                "memtrack diff: 5 counters compared (alloc_calls) in 5 processes and \
+                "memtrack diff: 5 counters compared (alloc_calls) in 3 processes and 2 \
                  benchmarks: 3 above +5%\n"
             ),
             "{text}"
@@ -645,7 +618,13 @@ mod tests {
                 "+5%"
             ]
         );
-        assert!(text.ends_with("only in BASE: benchmark old\nonly in BASE: process gone\nonly in NEW: process fresh\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "matched by same uri: 2 benchmarks\nmatched by same command line: 3 processes\n\
+                 only in BASE: benchmark old\nonly in BASE: process gone\nonly in NEW: process fresh\n"
+            ),
+            "{text}"
+        );
 
         let markdown = render_markdown(&d, &options, Path::new("base"), Path::new("new"));
         assert!(
@@ -672,6 +651,52 @@ mod tests {
         );
         assert!(
             markdown.contains("\n- only in NEW: `process fresh`\n"),
+            "{markdown}"
+        );
+    }
+
+    /// Two checkouts: the pair is compared and checked like any other, and the text
+    /// says how it was matched; one process is `1 process`.
+    #[test]
+    fn a_pair_from_two_checkouts_is_checked_and_says_how_it_matched() {
+        let mut base = [process(10, 1, "/ci/base/target/release/prog", &[])];
+        let mut new = [process(20, 1, "/ci/new/target/release/prog", &[])];
+        base[0].stats.alloc_calls = 100;
+        new[0].stats.alloc_calls = 106;
+        let options = DiffOptions {
+            counters: vec![Counter::AllocCalls],
+            max_increase: Some(max("5%")),
+        };
+        let d = diff(
+            &[(Path::new(""), &base)],
+            &[(Path::new(""), &new)],
+            &options,
+        );
+        assert_eq!(d.exceeded(), 1);
+        assert_eq!(
+            d.compared[0].new_what,
+            "process /ci/new/target/release/prog"
+        );
+        let text = render_text(&d, &options);
+        assert!(
+            text.starts_with(
+                "memtrack diff: 1 counter compared (alloc_calls) in 1 process: 1 above +5%\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "matched by command line with the checkout moved (/ci/base → /ci/new): \
+                 process /ci/base/target/release/prog ↔ process /ci/new/target/release/prog\n"
+            ),
+            "{text}"
+        );
+        let markdown = render_markdown(&d, &options, Path::new("b"), Path::new("n"));
+        assert!(
+            markdown.ends_with(
+                "\n- matched by command line with the checkout moved (/ci/base → /ci/new): \
+                 `process /ci/base/target/release/prog` ↔ `process /ci/new/target/release/prog`\n"
+            ),
             "{markdown}"
         );
     }

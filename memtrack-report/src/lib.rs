@@ -9,9 +9,16 @@
 //!   [`units`]: how numbers read in text;
 //! - [`limits`]: `URI_GLOB:COUNTER<=VALUE` limits, checked against benchmarks or
 //!   processes;
+//! - [`pairing`]: which process or benchmark of one run is which of another (by uri,
+//!   by command line across checkouts and harness flags, by place in the process tree),
+//!   with [`command`]: command lines made comparable;
 //! - [`diff`]: two runs compared, per process, per benchmark, per counter;
 //! - [`stack_profile`], [`symbolize`], [`stacks_report`]: the allocation call stacks of
 //!   a process symbolized (blazesym), the terminal view of the top stacks;
+//! - [`helpers`]: the processes a benchmark harness starts for itself (criterion's
+//!   gnuplot check, `cargo metadata`), labelled as such;
+//! - [`history`]: a run's figures in Bencher's metric format and github-action-benchmark's
+//!   custom JSON, for the engines that chart them commit by commit;
 //! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs.
 //!
 //! The `memtrack` command (crate `memtrack-cli`) is its front; a CI tool that reads
@@ -33,11 +40,15 @@
 
 #![warn(missing_docs)]
 
+pub mod command;
 pub mod counter;
 pub mod diff;
 mod error;
 pub mod export;
+pub mod helpers;
+pub mod history;
 pub mod limits;
+pub mod pairing;
 pub mod report;
 pub mod stack_profile;
 pub mod stacks_report;

@@ -11,7 +11,9 @@ use tabled::{
     settings::{Padding, Style, Width, object::Columns},
 };
 
-use memtrack_record::{AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess};
+use memtrack_record::{
+    AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess, escape_control,
+};
 
 use crate::{
     limits::DirResults,
@@ -93,6 +95,18 @@ pub fn render_text_tree(dirs: &[DirResults], options: TextOptions) -> String {
     out
 }
 
+/// What an unmatched free is, said beside their number. memtrack cannot tell one kind
+/// from another per free (the kernel sees a release of a pointer it does not know), so
+/// the kinds are named: blocks allocated before tracking began (or before a reset), a
+/// second release of a block (a double free), and with glibc what an exiting thread
+/// gives back: its per-thread cache (tcache), which glibc allocates inside the
+/// allocator without a `malloc` call, and each chunk still cached in it, which the
+/// program had released already. A thread that allocated adds 1 + one per size class
+/// its cache holds a chunk of (2 for one size); the main thread and `exit()` add none.
+pub const UNMATCHED_CAUSES: &str = "allocated before tracking, released twice, or glibc's \
+     per-thread cache given back at a thread's exit (1 + its cached chunks per exiting \
+     thread)";
+
 /// The width of the widest label of [`stats_rows`] (`mmap/munmap/brk`, `unmatched
 /// frees`): every block's values start in the same column, whichever rows it has.
 const LABEL_WIDTH: usize = 15;
@@ -138,7 +152,7 @@ fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
         row(
             "unmatched frees",
             format!(
-                "{} (pointers memtrack did not see allocated)",
+                "{} (pointers memtrack did not see allocated: {UNMATCHED_CAUSES})",
                 exact(stats.unmatched_frees)
             ),
         );
@@ -222,16 +236,19 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => "still running when its results were saved".to_string(),
         };
+        let helper = crate::helpers::harness_helper(p, processes)
+            .map(|what| format!(" (a harness helper: {what}; not a benchmark)"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "process {} (parent {}): {} [{exit}]\n",
+            "process {} (parent {}): {} [{exit}]{helper}\n",
             p.pid,
             p.ppid,
-            p.command.join(" ")
+            escape_control(&p.command.join(" "))
         ));
         for image in &p.earlier_images {
             out.push_str(&format!(
                 "  before exec, as {}: {}, {} allocated, {} live at exec\n",
-                image.command.join(" "),
+                escape_control(&image.command.join(" ")),
                 count(image.stats.alloc_calls, "block"),
                 bytes(image.stats.bytes_allocated),
                 bytes(image.stats.live_bytes)
@@ -261,7 +278,8 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             };
             out.push_str(&format!(
                 "benchmark {} (process {}){unfinished}\n",
-                b.uri, p.pid
+                escape_control(&b.uri),
+                p.pid
             ));
             out.push_str(&aligned(stats_rows(&b.stats), "  "));
         }
@@ -386,7 +404,7 @@ process 42 (parent 1): prog --fast [exit 0]
   live at end     1,000 blocks, 31.2 KiB (32,000 B)
   peak live       31.2 KiB (32,000 B)
   failed allocs   1
-  unmatched frees 2 (pointers memtrack did not see allocated)
+  unmatched frees 2 (pointers memtrack did not see allocated: allocated before tracking, released twice, or glibc's per-thread cache given back at a thread's exit (1 + its cached chunks per exiting thread))
   LOST EVENTS     3 (numbers above are not exact)
   mmap/munmap/brk 4 mmap (16 KiB), 0 munmap (0 B), 2 brk (+132 KiB / -0 B)
   calls           free 112, malloc 1,110

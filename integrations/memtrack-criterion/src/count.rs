@@ -52,10 +52,24 @@ pub fn measure_once<O>(id: &str, routine: impl FnOnce() -> O) -> Option<Stats> {
 /// How many benchmarks' results could not be saved in-process (each said on stderr).
 static NOT_SAVED: AtomicUsize = AtomicUsize::new(0);
 
-/// Ends the process with exit code 1 if any benchmark's result could not be saved, so
+/// Ends the process with exit code 1 if any benchmark's result could not be saved, or a
+/// benchmark measured in heap allocations could not be measured (no privileges), so
 /// that a CI job reading the results never passes on missing or stale ones (a file
 /// left by an earlier run). [`criterion_main!`](crate::criterion_main) calls it last.
 pub fn exit_if_not_saved() {
+    let not_measured = crate::heap::not_measured_count();
+    if not_measured != 0 {
+        let benchmarks = if not_measured == 1 {
+            "benchmark"
+        } else {
+            "benchmarks"
+        };
+        eprintln!(
+            "memtrack: {not_measured} {benchmarks} not measured (they count heap allocations, \
+             and this process cannot; above): exit code 1"
+        );
+        std::process::exit(1);
+    }
     let n = NOT_SAVED.load(Ordering::SeqCst);
     if n != 0 {
         let results = if n == 1 { "result" } else { "results" };
@@ -64,6 +78,17 @@ pub fn exit_if_not_saved() {
         );
         std::process::exit(1);
     }
+}
+
+/// Keeps apart the in-process results below `target/memtrack/criterion` that an
+/// earlier run of this benchmark binary saved for benchmarks this run did not measure
+/// (a removed or renamed benchmark, or one a filter left out): renamed
+/// `*.MemtrackResult.msgpack.stale`, so `memtrack report` neither reports them as
+/// current nor checks them against limits; each named on stderr.
+/// [`criterion_main!`](crate::criterion_main) calls it at the end of the run.
+pub fn keep_apart_stale_results() {
+    let base = session::output_base().join("criterion");
+    session::session(INTEGRATION).keep_apart_stale(&base);
 }
 
 /// [`measure_once`] but for what it returns: whether the call was counted in-process.

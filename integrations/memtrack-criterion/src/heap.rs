@@ -9,10 +9,13 @@
 //! [`Criterion`] that holds it: benchmarks measured in bytes are not
 //! timed, so its probes slow nothing that is.
 //!
-//! A byte measurement never measures anything but bytes: where it cannot count (under
-//! `memtrack run`, whose runner counts; without privileges) every batch measures 0,
-//! which criterion refuses to analyse ("took zero time per iteration"), so it neither
-//! saves nor compares a baseline of wrong units, and one line on stderr says why.
+//! A byte measurement never measures anything but bytes. Without privileges (and not
+//! under `memtrack run`), a benchmark measured with one is not run through criterion:
+//! one line on stderr says it is not measured and why, and `criterion_main!` exits 1 at
+//! the end ([`crate::exit_if_not_saved`]). Where it still meets criterion without
+//! counting (criterion used directly), every batch measures 0, which criterion refuses
+//! to analyse ("took zero time per iteration"), so it neither saves nor compares a
+//! baseline of wrong units, and one line on stderr says why.
 
 use std::sync::{
     Mutex, MutexGuard,
@@ -58,6 +61,56 @@ static COUNTING: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether the "cannot count here" line was printed.
 static TOLD: AtomicBool = AtomicBool::new(false);
+
+/// How many benchmarks were not measured because they measure the heap and this
+/// process cannot count ([`not_measured`]).
+static NOT_MEASURED: AtomicUsize = AtomicUsize::new(0);
+
+/// The name of measurement `M` when it counts the heap ([`AllocatedBytes`],
+/// [`AllocationCalls`]) and this process can count neither in-process nor through a
+/// runner ([`Mode::Disabled`]: no CAP_BPF/CAP_PERFMON, not under `memtrack run`): such a
+/// benchmark is not handed to criterion at all, whose analysis of all-zero samples
+/// would say "took zero time per iteration", which is not what happened.
+pub(crate) fn cannot_measure<M: 'static>() -> Option<&'static str> {
+    use std::any::TypeId;
+    if crate::mode() != Mode::Disabled {
+        return None;
+    }
+    let m = TypeId::of::<M>();
+    if m == TypeId::of::<AllocatedBytes>() {
+        Some("AllocatedBytes")
+    } else if m == TypeId::of::<AllocationCalls>() {
+        Some("AllocationCalls")
+    } else {
+        None
+    }
+}
+
+/// Whether measurement `M` counts the heap ([`AllocatedBytes`], [`AllocationCalls`]):
+/// criterion then measures with memtrack's own probes attached, times nothing, and
+/// breakpoints in the allocator are memtrack's.
+pub(crate) fn is_heap<M>() -> bool {
+    let m = std::any::type_name::<M>();
+    m == std::any::type_name::<AllocatedBytes>() || m == std::any::type_name::<AllocationCalls>()
+}
+
+/// Says on stderr that benchmark `id`, measured with `measurement`, is not measured and
+/// why, and counts it for [`not_measured_count`].
+pub(crate) fn not_measured(id: &str, measurement: &str) {
+    NOT_MEASURED.fetch_add(1, Ordering::SeqCst);
+    eprintln!(
+        "{INTEGRATION} {}: not measured: {measurement} counts heap allocations with \
+         memtrack's eBPF probes, and this process cannot attach them (no \
+         CAP_BPF/CAP_PERFMON, and not under `memtrack run`); run it as root (sudo cargo \
+         bench), or under `memtrack run`",
+        memtrack::record::escape_control(id)
+    );
+}
+
+/// How many benchmarks [`not_measured`] left out.
+pub(crate) fn not_measured_count() -> usize {
+    NOT_MEASURED.load(Ordering::SeqCst)
+}
 
 /// The shared implementation of [`AllocatedBytes`] and [`AllocationCalls`].
 struct Heap {

@@ -106,7 +106,7 @@ pub use ::criterion::{
     SamplingMode, Throughput, async_executor, black_box, measurement, profiler,
 };
 pub use compat::{Bencher, BenchmarkGroup, BenchmarkId, Criterion, IntoBenchmarkId};
-pub use count::{exit_if_not_saved, measure_once, result_dir};
+pub use count::{exit_if_not_saved, keep_apart_stale_results, measure_once, result_dir};
 pub use heap::{AllocatedBytes, AllocationCalls, Started};
 pub use session::Mode;
 
@@ -149,8 +149,9 @@ macro_rules! criterion_group {
 }
 
 /// Defines `main`, running the groups (criterion's `criterion_main!`), then
-/// [`exit_if_not_saved`]: exit code 1 if a benchmark's in-process result could not be
-/// saved.
+/// [`keep_apart_stale_results`] (earlier results of benchmarks this run did not measure
+/// renamed `*.stale`) and [`exit_if_not_saved`]: exit code 1 if a benchmark's
+/// in-process result could not be saved.
 #[macro_export]
 macro_rules! criterion_main {
     ( $( $group:path ),+ $(,)* ) => {
@@ -161,6 +162,7 @@ macro_rules! criterion_main {
             $crate::Criterion::default()
                 .configure_from_args()
                 .final_summary();
+            $crate::keep_apart_stale_results();
             $crate::exit_if_not_saved();
         }
     };

@@ -115,7 +115,7 @@ macro_rules! input_bench_methods {
                 let input = make();
                 count::once(&self.uri, || benched(input));
             }
-            if count::time_with_divan() {
+            if count::time_with_divan(&self.uri) {
                 divan_with_inputs!($kind, self.inner, self.config).bench_values(benched);
             }
         }
@@ -132,7 +132,7 @@ macro_rules! input_bench_methods {
                 let input = (self.config.gen_input)();
                 count::once(&self.uri, || benched(input));
             }
-            if count::time_with_divan() {
+            if count::time_with_divan(&self.uri) {
                 divan_with_inputs!($kind, self.inner, self.config).bench_local_values(benched);
             }
         }
@@ -152,7 +152,7 @@ macro_rules! input_bench_methods {
                 count::once(&self.uri, || benched(&mut input));
                 drop(input);
             }
-            if count::time_with_divan() {
+            if count::time_with_divan(&self.uri) {
                 divan_with_inputs!($kind, self.inner, self.config).bench_refs(benched);
             }
         }
@@ -170,7 +170,7 @@ macro_rules! input_bench_methods {
                 count::once(&self.uri, || benched(&mut input));
                 drop(input);
             }
-            if count::time_with_divan() {
+            if count::time_with_divan(&self.uri) {
                 divan_with_inputs!($kind, self.inner, self.config).bench_local_refs(benched);
             }
         }
@@ -196,7 +196,7 @@ impl<'a, 'b> Bencher<'a, 'b> {
             drop(benched());
             count::once(&self.uri, &benched);
         }
-        if count::time_with_divan() {
+        if count::time_with_divan(&self.uri) {
             self.inner.bench(benched);
         }
     }
@@ -211,7 +211,7 @@ impl<'a, 'b> Bencher<'a, 'b> {
             drop(benched());
             count::once(&self.uri, &mut benched);
         }
-        if count::time_with_divan() {
+        if count::time_with_divan(&self.uri) {
             self.inner.bench_local(benched);
         }
     }

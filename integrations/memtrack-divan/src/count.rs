@@ -56,7 +56,13 @@ pub(crate) fn once<O>(uri: &str, counted: impl FnOnce() -> O) {
 /// whose probes would inflate every timed iteration; there only when [`crate::main`]
 /// runs divan in test mode (one untimed call). A harness that runs divan itself under the
 /// runner therefore gets divan's "No benchmark function registered" warning for each
-/// benchmark instead of inflated timings.
-pub(crate) fn time_with_divan() -> bool {
-    session::mode(INTEGRATION) != Mode::Runner || DIVAN_TESTS.load(Ordering::SeqCst)
+/// benchmark instead of inflated timings. Before divan times benchmark `uri`, says
+/// (once) when another tracer's breakpoints in the allocator make its timings dishonest
+/// ([`session::check_timing`]).
+pub(crate) fn time_with_divan(uri: &str) -> bool {
+    let time = session::mode(INTEGRATION) != Mode::Runner || DIVAN_TESTS.load(Ordering::SeqCst);
+    if time {
+        session::check_timing(INTEGRATION, "divan", uri);
+    }
+    time
 }

@@ -21,6 +21,8 @@ fn exact_bytes(n: u64) -> String {
 /// One line on one benchmark's counts, exact: `memtrack URI: 3 allocs, 192 B allocated,
 /// peak 192 B live, 0 B live at end (one iteration)`.
 pub fn summary_line(uri: &str, stats: &Stats) -> String {
+    // A newline or escape sequence in the name must not break the line.
+    let uri = memtrack::record::escape_control(uri);
     let mut line = format!(
         "memtrack {uri}: {} alloc{}, {} allocated, peak {} live, {} live at end (one \
          iteration)",
@@ -36,7 +38,8 @@ pub fn summary_line(uri: &str, stats: &Stats) -> String {
     line
 }
 
-/// A header and one row per benchmark: its uri, allocation calls, bytes allocated, peak
+/// A header and one row per benchmark: its uri (control characters escaped, so a
+/// newline in it cannot break the table), allocation calls, bytes allocated, peak
 /// live bytes and bytes live at the end, all exact, columns two spaces apart, the
 /// numbers right-aligned. A row whose counts are not exact (lost events) says so after
 /// its last column. Every line ends with `\n`, none with spaces.
@@ -58,7 +61,7 @@ pub fn benchmark_table(benchmarks: &[BenchmarkStats]) -> String {
             format!("({} lost events: not exact)", s.lost_events)
         };
         builder.push_record([
-            b.uri.clone(),
+            memtrack::record::escape_control(&b.uri).into_owned(),
             exact(s.alloc_calls),
             exact_bytes(s.bytes_allocated),
             exact_bytes(s.peak_live_bytes),
@@ -129,5 +132,21 @@ mod tests {
             "{}",
             summary_line(&one.uri, &one.stats)
         );
+    }
+
+    /// A newline or an escape sequence in a name stays in its row, escaped.
+    #[test]
+    fn control_characters_in_names_are_escaped() {
+        let table = benchmark_table(&[
+            bench("two\nlines", 1, 8, 8, 0),
+            bench("\u{1b}[2J", 1, 8, 8, 0),
+        ]);
+        assert_eq!(
+            table,
+            "benchmark   allocs  allocated  peak live  live at end\n\
+             two\\nlines       1        8 B        8 B          0 B\n\
+             \\u{1b}[2J        1        8 B        8 B          0 B\n"
+        );
+        assert!(summary_line("a\tb", &Stats::default()).starts_with("memtrack a\\tb: 0 allocs"));
     }
 }

@@ -17,9 +17,11 @@
 //! without memtrack (`helper.rs` says why).
 #![warn(missing_docs)]
 
+pub mod foreign;
 mod helper;
 mod human;
 mod stacks_env;
+pub mod stale;
 pub use human::{benchmark_table, summary_line};
 pub use stacks_env::{STACKS_ENV, stack_depth};
 
@@ -144,6 +146,33 @@ pub fn mode(integration: &str) -> Mode {
     match MODE.get() {
         Some(mode) => *mode,
         None => session(integration).mode(),
+    }
+}
+
+/// Before `harness` (`criterion`, `divan`) times benchmark `uri`: says on stderr, once
+/// per uri, when the allocator holds breakpoints that are not memtrack's
+/// ([`foreign::foreign_breakpoints`]), since the timings are then not honest. Looked at
+/// in-process (after the counted iteration's tracker was closed, so no probe of
+/// memtrack's is left) and when not counting; never under `memtrack run`, where the
+/// runner's own probes sit in the allocator and timing is skipped. Returns the warning
+/// printed, if any.
+pub fn check_timing(integration: &str, harness: &str, uri: &str) -> Option<String> {
+    static CHECKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let check = || {
+        let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+        if checked.iter().any(|u| u == uri) {
+            return None;
+        }
+        checked.push(uri.to_owned());
+        let warning = foreign::warning(uri, harness, &foreign::foreign_breakpoints())?;
+        eprintln!("{warning}");
+        Some(warning)
+    };
+    match mode(integration) {
+        Mode::Runner => None,
+        // Its bookkeeping allocates in the helper's heap, not in the timed thread's.
+        Mode::InProcess => on_helper_thread(check),
+        Mode::Disabled => check(),
     }
 }
 
@@ -366,7 +395,7 @@ impl Session {
                     let counted = stopped.and_then(|()| {
                         let stats = tracker.collect()?;
                         let timeline = tracker.timeline()?;
-                        Ok((stats, tracker.process()?, tracker.stacks(), timeline))
+                        Ok((stats, tracker.process()?, tracker.stacks()?, timeline))
                     });
                     // Closed before anything else runs: the caller may time next.
                     tracker.close();
@@ -454,6 +483,43 @@ impl Session {
             out.write_file(&stacks_file_name(result.process.pid), &stacks.to_bytes())?;
         }
         Ok(Some(path))
+    }
+
+    /// At the end of a run that saved results in-process: keeps apart, below `base`,
+    /// the results of this program that this process did not write ([`stale`]), and
+    /// says so on stderr, one line per file. Nothing in the other modes, or when
+    /// nothing was counted (a run that measured nothing makes nothing stale).
+    pub fn keep_apart_stale(&self, base: &Path) {
+        let Backend::InProcess {
+            process: Some(process),
+        } = &self.backend
+        else {
+            return;
+        };
+        if self.recorded.is_empty() {
+            return;
+        }
+        let Some(program) = process.command.first() else {
+            return;
+        };
+        let program = stale::program_name(program).to_owned();
+        let pid = process.pid;
+        helper::run(|| match stale::keep_apart(base, pid, &program) {
+            Ok(renamed) => {
+                for path in renamed {
+                    eprintln!(
+                        "memtrack: kept apart, as {}: the result of a benchmark this run of \
+                         {program} did not measure (removed, renamed or filtered out); \
+                         `memtrack report` leaves it out",
+                        path.display()
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "memtrack: earlier results of {program} below {} not kept apart: {e}",
+                base.display()
+            ),
+        });
     }
 
     /// The stacks file of `benchmarks` (None when no stacks were recorded for any):

@@ -4,6 +4,7 @@
 //! [`Error`] the binary reports.
 
 pub mod diff;
+pub mod out_file;
 pub mod report;
 pub mod run;
 pub mod stacks;
@@ -42,13 +43,14 @@ impl Checks {
     }
 
     /// Checks the limits and lost events in `dirs`, saying on stderr what it found: the
-    /// exit code for a command that exited `command`, or an error for a limit that
-    /// matches nothing.
+    /// exit code for a command that exited `command` (with results `not_saved`: some
+    /// file could not be written), or an error for a limit that matches nothing.
     pub fn check(
         &self,
         dirs: &[DirResults],
         unattributed_lost: u64,
         command: u8,
+        not_saved: bool,
     ) -> Result<u8, Error> {
         let lost: u64 = dirs
             .iter()
@@ -80,6 +82,7 @@ impl Checks {
             command,
             limit_exceeded: !checked.exceeded.is_empty(),
             lost_is_failure: self.fail_on_lost && lost != 0,
+            not_saved,
         }
         .code())
     }

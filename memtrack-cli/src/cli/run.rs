@@ -3,60 +3,15 @@
 
 use std::path::Path;
 
-use memtrack::{CommandSpec, OutputDir};
-use memtrack_cli::{Error, JsonProblem, runner::RunOptions};
+use memtrack::CommandSpec;
+use memtrack_cli::{Error, runner::RunOptions, unsaved::Unsaved};
 use memtrack_report::{
     limits::DirResults,
     report::{self, TextOptions},
     units,
 };
 
-use super::Checks;
-
-/// Where `--json` goes.
-enum JsonOut {
-    Stdout,
-    /// The file's directory, opened before the command runs, and its name there.
-    File(OutputDir, String, std::path::PathBuf),
-}
-
-impl JsonOut {
-    fn open(path: &Path, owner: Option<(u32, u32)>) -> Result<Self, Error> {
-        if path == Path::new("-") {
-            return Ok(JsonOut::Stdout);
-        }
-        let refused = |problem| Error::Json {
-            path: path.to_path_buf(),
-            problem,
-        };
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| refused(JsonProblem::NotAFileName))?;
-        let parent = memtrack_report::export::directory_of(path);
-        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-            return Err(refused(JsonProblem::Directory));
-        }
-        let dir = OutputDir::open(parent, owner).map_err(|e| refused(JsonProblem::Dir(e)))?;
-        Ok(JsonOut::File(dir, name.to_owned(), path.to_path_buf()))
-    }
-
-    fn write(&self, json: &str) -> Result<(), Error> {
-        match self {
-            JsonOut::Stdout => {
-                println!("{json}");
-                Ok(())
-            }
-            JsonOut::File(dir, name, path) => dir
-                .write_file(name, format!("{json}\n").as_bytes())
-                .map(|_| ())
-                .map_err(|e| Error::Json {
-                    path: path.clone(),
-                    problem: JsonProblem::Write(e),
-                }),
-        }
-    }
-}
+use super::{Checks, out_file::OutFile};
 
 /// `memtrack run`.
 pub fn run(
@@ -66,11 +21,13 @@ pub fn run(
     checks: &Checks,
     cmd: Vec<std::ffi::OsString>,
 ) -> Result<u8, Error> {
-    let json = json.map(|p| JsonOut::open(p, options.run_as)).transpose()?;
+    let json = json
+        .map(|p| OutFile::open("--json", p, options.run_as))
+        .transpose()?;
     let mut argv = cmd.into_iter();
     let program = argv.next().expect("clap requires the command");
     let mut spec = CommandSpec::new(program).args(argv);
-    if matches!(json, Some(JsonOut::Stdout)) {
+    if json.as_ref().is_some_and(OutFile::is_stdout) {
         // stdout is the JSON report's: the command writes its own to stderr.
         spec = spec.fd(1, 2);
     }
@@ -79,12 +36,20 @@ pub fn run(
     // are written and the report printed before that.
     memtrack::hand_off_links_at_exit();
     let outcome = memtrack_cli::runner::run(spec, &options)?;
-    eprintln!(
-        "memtrack: {} and {} in {}",
-        units::count(outcome.results.processes.len() as u64, "result file"),
-        fifo_protocol::MARKER_RESULT_FILE_NAME,
-        outcome.dir.display()
-    );
+    if outcome.unsaved.is_empty() {
+        eprintln!(
+            "memtrack: {} and {} in {}",
+            units::count(outcome.results.processes.len() as u64, "result file"),
+            fifo_protocol::MARKER_RESULT_FILE_NAME,
+            outcome.dir.display()
+        );
+    } else {
+        eprintln!(
+            "memtrack: results in {}, but {} could not be written (named after the report)",
+            outcome.dir.display(),
+            units::count(outcome.unsaved.len() as u64, "file")
+        );
+    }
     if outcome.unattributed_lost_events != 0 {
         eprintln!(
             "memtrack: {} could not be attributed to a process",
@@ -113,12 +78,39 @@ pub fn run(
         "{}",
         report::render_text_with(&outcome.results.processes, options)
     );
-    if let Some(json) = &json {
-        json.write(&report::render_json(&outcome.results))?;
+    let mut unsaved = outcome.unsaved;
+    if let Some(json) = &json
+        && let Err(e) = json.write(&report::render_json(&outcome.results))
+    {
+        match json {
+            OutFile::File { path, .. } => unsaved.push(Unsaved {
+                path: path.clone(),
+                what: "the JSON report, --json".into(),
+                source: Box::new(e),
+            }),
+            OutFile::Stdout => return Err(e),
+        }
+    }
+    // Said last, after the report: what a reader of a full disk's run sees at the end.
+    for file in &unsaved {
+        eprintln!("memtrack: {file}");
+    }
+    if !unsaved.is_empty() {
+        eprintln!(
+            "memtrack: {} not saved: the report above is complete, {} lacks {}",
+            units::count(unsaved.len() as u64, "file"),
+            outcome.dir.display(),
+            if unsaved.len() == 1 { "it" } else { "them" }
+        );
     }
     let command = outcome.exit.shell_code().clamp(0, 255) as u8;
     let dirs: [DirResults; 1] = [(Path::new(""), &outcome.results.processes)];
-    checks.check(&dirs, outcome.unattributed_lost_events, command)
+    checks.check(
+        &dirs,
+        outcome.unattributed_lost_events,
+        command,
+        !unsaved.is_empty(),
+    )
 }
 
 /// What `memtrack run --stacks` says of one process's stacks: how many, where, and how

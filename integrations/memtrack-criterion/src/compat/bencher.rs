@@ -2,7 +2,7 @@
 
 use ::criterion::{BatchSize, measurement::Measurement, measurement::WallTime};
 
-use crate::count;
+use crate::{INTEGRATION, count, session};
 
 /// Hands criterion's bencher of the current sample to an operation (criterion's
 /// bencher has two lifetimes; this keeps [`Bencher`] at criterion's one).
@@ -28,9 +28,15 @@ impl<'a, M: Measurement> Bencher<'a, M> {
         Bencher { uri, criterion }
     }
 
-    /// Runs `op` on criterion's bencher, if there is one.
+    /// Runs `op` on criterion's bencher, if there is one, after saying (once per
+    /// benchmark) when another tracer's breakpoints in the allocator make its timings
+    /// dishonest ([`session::check_timing`]). Not for a heap measurement: it times
+    /// nothing, and measures with memtrack's own probes in the allocator.
     fn criterion(&mut self, op: &mut dyn FnMut(&mut ::criterion::Bencher<'_, M>)) {
         if let Some(give) = &mut self.criterion {
+            if !crate::heap::is_heap::<M>() {
+                session::check_timing(INTEGRATION, "criterion", self.uri);
+            }
             give(op);
         }
     }

@@ -210,6 +210,12 @@ impl<M: Measurement + 'static> Criterion<M> {
             }
             return self;
         }
+        if let Some(measurement) = crate::heap::cannot_measure::<M>() {
+            if self.cli.selects(id) {
+                crate::heap::not_measured(id, measurement);
+            }
+            return self;
+        }
         let mut f = |b: &mut Bencher<'_, M>, _: &()| f(b);
         self.inner.bench_function(id, |b| drive(id, b, &(), &mut f));
         self

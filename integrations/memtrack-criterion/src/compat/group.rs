@@ -80,7 +80,10 @@ impl<'a, M: Measurement> BenchmarkGroup<'a, M> {
         /// criterion's `BenchmarkGroup::sampling_mode`.
         sampling_mode(new_mode: SamplingMode)
     );
+}
 
+// 'static: a measurement of the heap is told apart by its type (`heap::cannot_measure`).
+impl<M: Measurement + 'static> BenchmarkGroup<'_, M> {
     /// Benchmarks a function in this group (criterion's `BenchmarkGroup::bench_function`).
     pub fn bench_function<ID: IntoBenchmarkId, F>(&mut self, id: ID, mut f: F) -> &mut Self
     where
@@ -103,6 +106,12 @@ impl<'a, M: Measurement> BenchmarkGroup<'a, M> {
     {
         let id = id.into_benchmark_id();
         let uri = id.full_id(&self.name);
+        if let Some(measurement) = crate::heap::cannot_measure::<M>() {
+            if self.cli.selects(&uri) {
+                crate::heap::not_measured(&uri, measurement);
+            }
+            return self;
+        }
         match &mut self.inner {
             None => {
                 if self.cli.selects(&uri) {
