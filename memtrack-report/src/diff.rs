@@ -18,7 +18,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use memtrack_record::{Stats, TrackedProcess};
+use memtrack_record::{Stats, TrackedProcess, timeline::Timeline};
 use tabled::{builder::Builder, settings::Style};
 
 use crate::{counter::Counter, limits::DirResults, units};
@@ -171,6 +171,10 @@ pub struct Compared {
     /// A benchmark that did not finish in either run (`BenchmarkStats::unfinished`): its
     /// counters are partial, so with `--max-increase` every one of them fails.
     pub unfinished: bool,
+    /// Its memory over time in BASE (None: not recorded), for the HTML comparison.
+    pub base_timeline: Option<Timeline>,
+    /// Its memory over time in NEW.
+    pub new_timeline: Option<Timeline>,
 }
 
 /// The comparison of two runs.
@@ -230,8 +234,10 @@ fn place(dir: &Path) -> String {
 }
 
 /// Everything of one run to match, keyed by (directory, kind order, name, position):
-/// what it is, its counters, and whether it is a benchmark that did not finish.
-type Keyed<'a> = BTreeMap<(PathBuf, u8, String, usize), (String, &'a Stats, bool)>;
+/// what it is, its counters, whether it is a benchmark that did not finish, and its
+/// timeline.
+type Keyed<'a> =
+    BTreeMap<(PathBuf, u8, String, usize), (String, &'a Stats, bool, Option<&'a Timeline>)>;
 
 fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
     let mut out = Keyed::new();
@@ -250,7 +256,7 @@ fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
                 let what = format!("benchmark {}{}{}", b.uri, nth(n), place(dir));
                 out.insert(
                     (dir.to_path_buf(), 0, b.uri.clone(), n),
-                    (what, &b.stats, b.unfinished),
+                    (what, &b.stats, b.unfinished, b.timeline.as_ref()),
                 );
             }
         }
@@ -258,7 +264,10 @@ fn keyed<'a>(dirs: &[DirResults<'a>]) -> Keyed<'a> {
             let key = command_key(&p.command);
             let n = position(1, &key);
             let what = format!("process {}{}{}", p.command.join(" "), nth(n), place(dir));
-            out.insert((dir.to_path_buf(), 1, key, n), (what, &p.stats, false));
+            out.insert(
+                (dir.to_path_buf(), 1, key, n),
+                (what, &p.stats, false, p.timeline.as_ref()),
+            );
         }
     }
     out
@@ -277,8 +286,8 @@ fn nth(n: usize) -> String {
 pub fn diff(base: &[DirResults], new: &[DirResults], options: &DiffOptions) -> Diff {
     let (base, mut new) = (keyed(base), keyed(new));
     let mut out = Diff::default();
-    for (key, (what, base_stats, base_unfinished)) in base {
-        let Some((_, new_stats, new_unfinished)) = new.remove(&key) else {
+    for (key, (what, base_stats, base_unfinished, base_timeline)) in base {
+        let Some((_, new_stats, new_unfinished, new_timeline)) = new.remove(&key) else {
             out.only_in_base.push(what);
             continue;
         };
@@ -302,9 +311,11 @@ pub fn diff(base: &[DirResults], new: &[DirResults], options: &DiffOptions) -> D
             what,
             changes,
             unfinished,
+            base_timeline: base_timeline.cloned(),
+            new_timeline: new_timeline.cloned(),
         });
     }
-    out.only_in_new = new.into_values().map(|(what, _, _)| what).collect();
+    out.only_in_new = new.into_values().map(|(what, ..)| what).collect();
     out
 }
 
@@ -350,7 +361,7 @@ fn rows(diff: &Diff, options: &DiffOptions, markdown: bool) -> Vec<Vec<String>> 
 }
 
 /// One line saying what was compared and what was found.
-fn summary(diff: &Diff, options: &DiffOptions) -> String {
+pub(crate) fn summary(diff: &Diff, options: &DiffOptions) -> String {
     let names: Vec<&str> = options.counters.iter().map(|c| c.name()).collect();
     let verdict = match options.max_increase {
         None => "no --max-increase given".to_owned(),

@@ -12,7 +12,10 @@
 //! - [`diff`]: two runs compared, per process, per benchmark, per counter;
 //! - [`stack_profile`], [`symbolize`], [`stacks_report`]: the allocation call stacks of
 //!   a process symbolized (blazesym), the terminal view of the top stacks;
-//! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs.
+//! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs;
+//! - [`html`]: the self-contained HTML pages of a run (`memtrack report --html`) and of
+//!   a comparison (`memtrack diff --html`): timeline charts, counters, top stacks,
+//!   flamegraphs; [`sparkline`]: a timeline in one line of text.
 //!
 //! The `memtrack` command (crate `memtrack-cli`) is its front; a CI tool that reads
 //! memtrack's results can use it directly:
@@ -37,8 +40,10 @@ pub mod counter;
 pub mod diff;
 mod error;
 pub mod export;
+pub mod html;
 pub mod limits;
 pub mod report;
+pub mod sparkline;
 pub mod stack_profile;
 pub mod stacks_report;
 pub mod symbolize;
