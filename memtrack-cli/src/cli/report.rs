@@ -46,7 +46,7 @@ pub fn report_html(dir: &Path, file: &Path, checks: &Checks) -> Result<u8, Error
     finish(dir, &found, checks, stacks_refused)
 }
 
-/// The whole-process stacks of every process of `found` that has a stacks file,
+/// The stacks of each image of every process of `found` that has a stacks file,
 /// symbolized, and how many stacks files could not be read (each named on stderr).
 fn load_stacks(dir: &Path, found: &Found) -> Result<(html::StacksByPlace, usize), Error> {
     let mut stacks = html::StacksByPlace::new();
@@ -71,7 +71,7 @@ fn load_stacks(dir: &Path, found: &Found) -> Result<(html::StacksByPlace, usize)
         }
         let (profiles, _) = stack_profile::resolve(&loaded.processes, &ScopeChoice::Process);
         for profile in profiles {
-            stacks.insert((relative.clone(), profile.pid), profile);
+            stacks.insert((relative.clone(), profile.pid, profile.image), profile);
         }
     }
     Ok((stacks, refused))

@@ -14,7 +14,8 @@
 //!
 //! The page stays bounded whatever the run: at most [`MAX_SECTIONS`] scopes get a
 //! section (the biggest), [`MAX_LISTED`] are listed, [`TOP_STACKS`] stacks per ranking
-//! for at most [`MAX_STACK_SECTIONS`] processes, flamegraphs for [`MAX_FLAMEGRAPHS`];
+//! for at most [`MAX_STACK_SECTIONS`] processes or images, flamegraphs for
+//! [`MAX_FLAMEGRAPHS`];
 //! the page says what it left out. Every string from the results (commands, uris,
 //! directories, function names) is escaped ([`escape`]): a name cannot add markup or
 //! script to the page.
@@ -40,7 +41,7 @@ pub const MAX_SECTIONS: usize = 50;
 pub const MAX_LISTED: usize = 2_000;
 /// Stacks shown per ranking (at the peak, by bytes allocated).
 pub const TOP_STACKS: usize = 10;
-/// The most processes whose top stacks are shown.
+/// The most processes (or earlier images) whose top stacks are shown.
 pub const MAX_STACK_SECTIONS: usize = 20;
 /// The most processes whose flamegraphs are in the page.
 pub const MAX_FLAMEGRAPHS: usize = 5;
@@ -78,6 +79,9 @@ pub struct Scope<'a> {
     pub process: &'a TrackedProcess,
     /// The command line of its image (the process's last for a benchmark).
     pub command: &'a [String],
+    /// Which image of the process it is: 1 for the first it ran, up to its earlier
+    /// images plus 1 for the last (a benchmark's is its process's last).
+    pub image: usize,
     /// Its counters.
     pub stats: &'a Stats,
     /// Its memory over time, if recorded.
@@ -106,17 +110,19 @@ pub fn scopes<'a>(dirs: &[DirResults<'a>]) -> Vec<Scope<'a>> {
                 dir,
                 process: p,
                 command: &p.command,
+                image: p.earlier_images.len() + 1,
                 stats: &p.stats,
                 timeline: p.timeline.as_ref(),
                 unfinished: false,
             });
-            for image in &p.earlier_images {
+            for (i, image) in p.earlier_images.iter().enumerate() {
                 out.push(Scope {
                     kind: ScopeKind::EarlierImage,
                     title: format!("process {} before exec: {}", p.pid, image.command.join(" ")),
                     dir,
                     process: p,
                     command: &image.command,
+                    image: i + 1,
                     stats: &image.stats,
                     timeline: image.timeline.as_ref(),
                     unfinished: false,
@@ -129,6 +135,7 @@ pub fn scopes<'a>(dirs: &[DirResults<'a>]) -> Vec<Scope<'a>> {
                     dir,
                     process: p,
                     command: &p.command,
+                    image: p.earlier_images.len() + 1,
                     stats: &b.stats,
                     timeline: b.timeline.as_ref(),
                     unfinished: b.unfinished,

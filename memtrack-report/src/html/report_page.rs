@@ -20,9 +20,10 @@ use crate::{
     units::{bytes, count, duration},
 };
 
-/// The whole-process stacks of the processes that have them, by (results directory
-/// relative to the one given, pid).
-pub type StacksByPlace = BTreeMap<(PathBuf, u32), StackProfile>;
+/// The stacks of each image of the processes that have them (as
+/// [`ScopeChoice::Process`](crate::stack_profile::ScopeChoice::Process) resolves them),
+/// by (results directory relative to the one given, pid, image: 1 for the first).
+pub type StacksByPlace = BTreeMap<(PathBuf, u32, usize), StackProfile>;
 
 /// The flamegraphs' width, pixels (their frame scrolls when narrower).
 const FLAME_WIDTH: usize = 1200;
@@ -56,7 +57,7 @@ pub fn render_report(
     let with_stacks: Vec<usize> = all
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.kind == ScopeKind::Process && stacks_of(stacks, s).is_some())
+        .filter(|(_, s)| stacks_of(stacks, s).is_some())
         .map(|(i, _)| i)
         .collect();
     let shown_stacks: Vec<usize> = with_stacks
@@ -67,8 +68,8 @@ pub fn render_report(
         .collect();
     if shown_stacks.len() < with_stacks.len() {
         notes.push(format!(
-            "Stacks are shown for the {} biggest of the {} processes with stacks \
-             (`memtrack report --stacks` shows each directory's).",
+            "Stacks are shown for the {} biggest of the {} processes and images with \
+             stacks (`memtrack report --stacks` shows each directory's).",
             shown_stacks.len(),
             with_stacks.len()
         ));
@@ -210,9 +211,12 @@ fn place_title(s: &Scope) -> String {
     }
 }
 
-/// The stacks of a process scope.
+/// The stacks of a process or an earlier image (a benchmark's are not shown).
 fn stacks_of<'a>(stacks: &'a StacksByPlace, s: &Scope) -> Option<&'a StackProfile> {
-    stacks.get(&(s.dir.to_path_buf(), s.process.pid))
+    if s.kind == ScopeKind::Benchmark {
+        return None;
+    }
+    stacks.get(&(s.dir.to_path_buf(), s.process.pid, s.image))
 }
 
 /// How the process ended, for people.
@@ -485,6 +489,8 @@ mod tests {
         StackProfile {
             pid,
             command: vec!["prog".into()],
+            image: 1,
+            images: 1,
             benchmark: None,
             started_unix_ms: 0,
             start_ns: 0,
@@ -518,9 +524,9 @@ mod tests {
         let dirs: [DirResults; 1] = [(Path::new(""), &processes)];
         // The biggest process has 100,000 stacks, 29 others 1,000 each.
         let mut stacks = StacksByPlace::new();
-        stacks.insert((PathBuf::new(), 1000), profile(1000, 100_000));
+        stacks.insert((PathBuf::new(), 1000, 1), profile(1000, 100_000));
         for pid in 970..1000 - 1 {
-            stacks.insert((PathBuf::new(), pid), profile(pid, 1_000));
+            stacks.insert((PathBuf::new(), pid, 1), profile(pid, 1_000));
         }
         let started = std::time::Instant::now();
         let page = render_report(Path::new("results"), &dirs, &stacks).unwrap();
@@ -566,7 +572,8 @@ mod tests {
             "<p class=\"note\">Only the 50 biggest of the 1001 processes, images and benchmarks"
         ));
         assert!(page.contains(
-            "<p class=\"note\">Stacks are shown for the 20 biggest of the 30 processes with stacks"
+            "<p class=\"note\">Stacks are shown for the 20 biggest of the 30 processes and \
+             images with stacks"
         ));
         assert!(page.contains("<p class=\"note\">Flamegraphs are drawn for the 5 biggest of them"));
         // No name comes through as markup.
