@@ -344,3 +344,43 @@ fn the_page_of_a_shell_python_and_the_c_compiler_lists_every_process() {
         ],
     );
 }
+
+/// A result file that cannot be read is named and passed over: the page of the others
+/// is written, and the exit code says the report is incomplete (201). A symbolic link
+/// where the page goes is refused before anything is read.
+#[test]
+fn the_page_is_written_without_the_unreadable_files_and_never_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    write_results(&results, vec![made_up(10, "./prog", 1000, "b")]);
+    std::fs::write(results.join("99.MemtrackResult.msgpack"), b"not msgpack").unwrap();
+    let page = dir.path().join("report.html");
+    let out = memtrack()
+        .args(["report", "--html"])
+        .arg(&page)
+        .arg(&results)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(201), "{stderr}");
+    assert!(stderr.contains("skipped result file"), "{stderr}");
+    assert!(stderr.contains("99.MemtrackResult.msgpack"), "{stderr}");
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert!(text.contains("<h2>process 10: ./prog</h2>"));
+    assert!(!text.contains("process 99"));
+
+    let target = dir.path().join("elsewhere.html");
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = memtrack()
+        .args(["report", "--html"])
+        .arg(&link)
+        .arg(&results)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(201), "{stderr}");
+    assert!(stderr.contains("is a symbolic link"), "{stderr}");
+    assert!(!target.exists());
+}
