@@ -161,6 +161,52 @@ fn in_process_criterion_times_as_usual_and_counts_each_benchmark() {
         assert_eq!(numbers(&bench.stats), expected, "{id}");
         check_benchmark_timeline(&bench);
     }
+    check_html_page(&dir.path().join("memtrack"));
+}
+
+/// The HTML page of the results below `dir` (as `memtrack report --html FILE
+/// target/memtrack` makes it) has a section for each benchmark, with its chart.
+fn check_html_page(dir: &Path) {
+    use memtrack_report::html;
+    let tree = memtrack::MemtrackResult::scan_tree(dir).unwrap();
+    assert!(tree.refused.is_empty(), "{:?}", tree.refused);
+    let found: Vec<(PathBuf, Vec<TrackedProcess>)> = tree
+        .dirs
+        .into_iter()
+        .map(|d| {
+            (
+                d.relative,
+                d.results.into_iter().map(|r| r.process).collect(),
+            )
+        })
+        .collect();
+    let dirs: Vec<(&Path, &[TrackedProcess])> = found
+        .iter()
+        .map(|(d, p)| (d.as_path(), p.as_slice()))
+        .collect();
+    let page = html::render_report(dir, &dirs, &html::StacksByPlace::new()).unwrap();
+    let scopes = html::scopes(&dirs);
+    let benchmarks: Vec<&html::Scope> = scopes
+        .iter()
+        .filter(|s| s.kind == html::ScopeKind::Benchmark)
+        .collect();
+    assert_eq!(benchmarks.len(), SUITE_EXPECTED.len());
+    for (i, scope) in scopes.iter().enumerate() {
+        let section = format!("<section class=\"scope\" id=\"scope-s{i}\" hidden>\n<h2>");
+        let at = page
+            .find(&section)
+            .unwrap_or_else(|| panic!("no section {i}"));
+        let heading = html::escape::text(&scope.title);
+        assert!(
+            page[at + section.len()..].starts_with(&heading),
+            "{heading}"
+        );
+        // Every benchmark kept its timeline: each has its chart.
+        if scope.kind == html::ScopeKind::Benchmark {
+            assert!(page.contains(&format!("<div class=\"chart\" id=\"chart-s{i}\"></div>")));
+            assert!(page.contains(&format!("\"s{i}\":{{\"data\":[")));
+        }
+    }
 }
 
 /// A benchmark the latest run did not measure (here: left out by a filter, as a removed

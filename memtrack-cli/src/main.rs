@@ -7,10 +7,19 @@
 //!              -- CMD [ARGS...]
 //! memtrack report DIR [--json [FILE|-]] [--bmf FILE] [--github-benchmark FILE] [--probes]
 //!                 [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
+//! memtrack report --html FILE DIR [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
 //! memtrack report --stacks DIR [--top N] [--benchmark URI | --image N] [--dhat FILE]
 //!                 [--pprof FILE] [--flamegraph-dir DIR]
 //! memtrack diff BASE NEW [--counter LIST] [--max-increase PCT] [--markdown FILE]
+//!               [--html FILE]
 //! ```
+//!
+//! The human reports of `run` and `report` show each process's and benchmark's heap
+//! over time as a one-line sparkline (`over time`). `--html FILE` writes one
+//! self-contained page (no network needed: its chart library is inside it): for `report`,
+//! each process's, earlier image's and benchmark's timeline chart, counters and, with
+//! stacks, top stacks and flamegraphs; for `diff`, both runs' timelines overlaid per
+//! matched process and benchmark with the counters' changes.
 //!
 //! `run` keeps the command's stdout the command's: its human report and progress go to
 //! stderr, its JSON report to a file (`--json FILE`), or to stdout with `--json -`, and
@@ -152,7 +161,8 @@ enum Command {
     /// up to 16 levels below it (e.g. target/memtrack, where the benchmark integrations
     /// save theirs), each directory's under its path relative to DIR. Symbolic links are
     /// not followed; FIFOs, devices and larger files are refused unread and named on
-    /// stderr. No results at all: exit 201.
+    /// stderr. No results at all: exit 201. With --html FILE, the report is one
+    /// self-contained page instead (charts of each timeline; opens with no network).
     #[command(after_help = exit_code::HELP)]
     Report {
         /// The results directory.
@@ -177,6 +187,18 @@ enum Command {
         /// JSON (an array of {name, unit, value, extra}).
         #[arg(long, value_name = "FILE")]
         github_benchmark: Option<PathBuf>,
+        /// Write the report as one self-contained HTML page to FILE (mode 0600; opens
+        /// from disk with no network) instead of printing it: a timeline chart (heap
+        /// lowest to highest and at each bucket's end, resident memory, mapped bytes,
+        /// events, benchmark regions) for each process, earlier image and benchmark,
+        /// biggest first, their counters, and with stacks (`memtrack run --stacks`) the
+        /// top stacks at the peak and by bytes allocated and flamegraphs.
+        #[arg(
+            long,
+            value_name = "FILE",
+            conflicts_with_all = ["json", "probes", "stacks", "bmf", "github_benchmark"]
+        )]
+        html: Option<PathBuf>,
         /// List where each process's probes sit (the JSON report always has them).
         #[arg(long)]
         probes: bool,
@@ -249,6 +271,11 @@ enum Command {
         /// Append the comparison as Markdown to FILE (e.g. "$GITHUB_STEP_SUMMARY").
         #[arg(long, value_name = "FILE")]
         markdown: Option<PathBuf>,
+        /// Also write the comparison as one self-contained HTML page to FILE (mode
+        /// 0600): both runs' timelines overlaid for each matched process and benchmark,
+        /// with the counters' changes.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
 }
 
@@ -340,6 +367,15 @@ fn dispatch(command: Command) -> Result<u8, Error> {
         }
         Command::Report {
             dir,
+            html: Some(file),
+            checks,
+            ..
+        } => {
+            let (dir, _) = report_dir(dir, None)?;
+            cli::report::report_html(&dir, &file, &checks.resolve()?)
+        }
+        Command::Report {
+            dir,
             json,
             bmf,
             github_benchmark,
@@ -366,12 +402,13 @@ fn dispatch(command: Command) -> Result<u8, Error> {
             counter,
             max_increase,
             markdown,
+            html,
         } => {
             let options = DiffOptions {
                 counters: counter.map_or_else(|| Counter::DEFAULT_DIFF.to_vec(), |c| c.0),
                 max_increase,
             };
-            cli::diff::diff(&base, &new, &options, markdown.as_deref())
+            cli::diff::diff(&base, &new, &options, markdown.as_deref(), html.as_deref())
         }
     }
 }
@@ -446,6 +483,31 @@ mod tests {
             err.contains("a negative increase cannot be allowed"),
             "{err}"
         );
+    }
+
+    /// `--html FILE` is a report of its own (not with --json, --probes, --stacks or the
+    /// history files), and an addition to a diff.
+    #[test]
+    fn html_pages_are_asked_for_with_a_file() {
+        use clap::error::ErrorKind;
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["memtrack"].iter().chain(args))
+                .map(|_| ())
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(parse(&["report", "--html", "p.html", "dir"]), Ok(()));
+        for other in ["--json", "--probes", "--stacks"] {
+            assert_eq!(
+                parse(&["report", "--html", "p.html", other, "dir"]),
+                Err(ErrorKind::ArgumentConflict),
+                "{other}"
+            );
+        }
+        assert_eq!(
+            parse(&["report", "--html", "p.html", "--bmf", "b.json", "dir"]),
+            Err(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(parse(&["diff", "a", "b", "--html", "p.html"]), Ok(()));
     }
 
     /// `report --json` takes a FILE as `run --json` does, and `report --json DIR`

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use memtrack_record::timeline::Timeline;
 use tabled::{builder::Builder, settings::Style};
 
 use crate::{
@@ -174,6 +175,10 @@ pub struct Compared {
     /// A benchmark that did not finish in either run (`BenchmarkStats::unfinished`): its
     /// counters are partial, so with `--max-increase` every one of them fails.
     pub unfinished: bool,
+    /// Its memory over time in BASE (None: not recorded), for the HTML comparison.
+    pub base_timeline: Option<Timeline>,
+    /// Its memory over time in NEW.
+    pub new_timeline: Option<Timeline>,
 }
 
 /// The comparison of two runs.
@@ -239,6 +244,8 @@ pub fn compare(pairs: &pairing::Pairing, options: &DiffOptions) -> Diff {
                 benchmark: pair.base.is_benchmark(),
                 changes,
                 unfinished,
+                base_timeline: pair.base.timeline().cloned(),
+                new_timeline: pair.new.timeline().cloned(),
             }
         })
         .collect();
@@ -291,7 +298,7 @@ fn rows(diff: &Diff, options: &DiffOptions, markdown: bool) -> Vec<Vec<String>> 
 }
 
 /// One line saying what was compared and what was found.
-fn summary(diff: &Diff, options: &DiffOptions) -> String {
+pub(crate) fn summary(diff: &Diff, options: &DiffOptions) -> String {
     let names: Vec<&str> = options.counters.iter().map(|c| c.name()).collect();
     let verdict = match options.max_increase {
         None => "no --max-increase given".to_owned(),

@@ -19,7 +19,10 @@
 //!   gnuplot check, `cargo metadata`), labelled as such;
 //! - [`history`]: a run's figures in Bencher's metric format and github-action-benchmark's
 //!   custom JSON, for the engines that chart them commit by commit;
-//! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs.
+//! - [`export`]: the stacks as valgrind DHAT JSON, a pprof profile, flamegraph SVGs;
+//! - [`html`]: the self-contained HTML pages of a run (`memtrack report --html`) and of
+//!   a comparison (`memtrack diff --html`): timeline charts, counters, top stacks,
+//!   flamegraphs; [`sparkline`]: a timeline in one line of text.
 //!
 //! The `memtrack` command (crate `memtrack-cli`) is its front; a CI tool that reads
 //! memtrack's results can use it directly:
@@ -47,9 +50,11 @@ mod error;
 pub mod export;
 pub mod helpers;
 pub mod history;
+pub mod html;
 pub mod limits;
 pub mod pairing;
 pub mod report;
+pub mod sparkline;
 pub mod stack_profile;
 pub mod stacks_report;
 pub mod symbolize;

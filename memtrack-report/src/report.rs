@@ -13,11 +13,13 @@ use tabled::{
 
 use memtrack_record::{
     AllocatorStatus, ProbeInfo, RunResults, Stats, TrackedProcess, escape_control,
+    timeline::{EventKind, Timeline},
 };
 
 use crate::{
     limits::DirResults,
-    units::{bytes, count, exact, size},
+    sparkline,
+    units::{bytes, count, duration, exact, size},
 };
 
 /// What the human report shows besides the numbers.
@@ -134,7 +136,7 @@ fn aligned(rows: Vec<[String; 2]>, indent: &str) -> String {
 }
 
 /// The label/value rows of a set of counters.
-fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
+pub(crate) fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
     let mut rows = Vec::new();
     let mut row = |label: &str, value: String| rows.push([label.to_string(), value]);
     let blocks = |n: u64, b: u64| format!("{}, {}", count(n, "block"), bytes(b));
@@ -188,6 +190,44 @@ fn stats_rows(stats: &Stats) -> Vec<[String; 2]> {
             .collect();
         row("calls", calls.join(", "));
     }
+    rows
+}
+
+/// The `over time` row of a scope with a timeline whose heap was ever above 0: its
+/// sparkline ([`sparkline::sparkline`], [`sparkline::WIDTH`] columns) between brackets,
+/// how long the timeline lasts and when the peak was (the timeline's peak event, if it
+/// has one), both from the timeline's start.
+fn timeline_row(timeline: Option<&Timeline>) -> Option<[String; 2]> {
+    let t = timeline?;
+    if t.max_bytes() == 0 {
+        return None;
+    }
+    let peak_at = t
+        .events
+        .iter()
+        .rev()
+        .find(|e| matches!(e.what, EventKind::Peak { .. }))
+        .map(|e| {
+            format!(
+                ", peak at {}",
+                duration(e.t_ns.saturating_sub(t.start_ns()))
+            )
+        })
+        .unwrap_or_default();
+    Some([
+        "over time".to_string(),
+        format!(
+            "[{}] {}{peak_at}",
+            sparkline::sparkline(t, sparkline::WIDTH),
+            duration(t.end_ns() - t.start_ns())
+        ),
+    ])
+}
+
+/// The rows of a scope: its counters, then its sparkline if it has one.
+pub(crate) fn scope_rows(stats: &Stats, timeline: Option<&Timeline>) -> Vec<[String; 2]> {
+    let mut rows = stats_rows(stats);
+    rows.extend(timeline_row(timeline));
     rows
 }
 
@@ -255,7 +295,9 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
             ));
         }
         match &p.allocator {
-            AllocatorStatus::Probed => out.push_str(&aligned(stats_rows(&p.stats), "  ")),
+            AllocatorStatus::Probed => {
+                out.push_str(&aligned(scope_rows(&p.stats, p.timeline.as_ref()), "  "))
+            }
             AllocatorStatus::NotRecognised { reason } => {
                 out.push_str(&format!(
                     "  allocator not recognised: heap not measured ({reason})\n"
@@ -281,7 +323,7 @@ pub fn render_text_with(processes: &[TrackedProcess], options: TextOptions) -> S
                 escape_control(&b.uri),
                 p.pid
             ));
-            out.push_str(&aligned(stats_rows(&b.stats), "  "));
+            out.push_str(&aligned(scope_rows(&b.stats, b.timeline.as_ref()), "  "));
         }
     }
     out
@@ -426,6 +468,49 @@ benchmark bench::ten (process 42)
     }
 
     #[test]
+    fn a_scope_with_a_timeline_shows_its_heap_as_a_sparkline() {
+        use memtrack_record::timeline::{Bucket, TimelineEvent};
+        let bucket = |t_ns, min, max, end| Bucket {
+            t_ns,
+            min_bytes: min,
+            max_bytes: max,
+            end_bytes: end,
+            ..Bucket::default()
+        };
+        let mut processes = sample();
+        processes[0].benchmarks[0].timeline = Some(Timeline {
+            bucket_ns: 1 << 20,
+            buckets: vec![
+                bucket(0, 0, 500, 500),
+                bucket(1 << 20, 0, 1000, 0),
+                bucket(3 << 20, 0, 0, 0),
+            ],
+            events: vec![TimelineEvent {
+                t_ns: (1 << 20) + 5,
+                what: EventKind::Peak { bytes: 1000 },
+            }],
+            lost_buckets: 0,
+        });
+        // A timeline whose heap stayed at 0 gets no sparkline.
+        processes[0].timeline = Some(Timeline {
+            bucket_ns: 1 << 20,
+            buckets: vec![bucket(0, 0, 0, 0)],
+            ..Timeline::default()
+        });
+        let text = render_text(&processes);
+        // One column a bucket: 500 of 1000 is ▄ (500 * 7 / 1000 = 3), the peak █, then
+        // 0 (the third bucket of the grid, not listed, and the last).
+        assert!(
+            text.ends_with(
+                "  peak live       1000 B\n  mmap/munmap/brk not counted\n  \
+                 over time       [▄█  ] 4.2 ms, peak at 1.0 ms\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("over time").count(), 1, "{text}");
+    }
+
+    #[test]
     fn json_report_is_the_versioned_records() {
         let results = RunResults::new(sample());
         let json: serde_json::Value = serde_json::from_str(&render_json(&results)).unwrap();
@@ -457,6 +542,72 @@ benchmark bench::ten (process 42)
         // Programs read it back into the same records.
         let read: RunResults = serde_json::from_str(&render_json(&results)).unwrap();
         assert_eq!(read, results);
+    }
+
+    /// Each process's (and benchmark's) `"timeline"`: the bucket width, the buckets
+    /// with the heap's lowest, highest and end bytes, resident memory and mapped bytes,
+    /// and the events tagged by kind.
+    #[test]
+    fn json_timelines_name_every_series_of_each_bucket() {
+        use memtrack_record::timeline::{Bucket, TimelineEvent};
+        let mut processes = sample();
+        let timeline = Timeline {
+            bucket_ns: 1 << 20,
+            buckets: vec![Bucket {
+                t_ns: 0,
+                min_bytes: 1,
+                max_bytes: 3,
+                end_bytes: 2,
+                rss_max_bytes: Some(40_960),
+                rss_end_bytes: Some(36_864),
+                rss_anon_bytes: Some(8192),
+                rss_file_bytes: Some(28_672),
+                rss_shmem_bytes: Some(0),
+                mapped_max_bytes: Some(135_168),
+                mapped_end_bytes: Some(135_168),
+            }],
+            events: vec![TimelineEvent {
+                t_ns: 7,
+                what: EventKind::Child { pid: 43 },
+            }],
+            lost_buckets: 0,
+        };
+        processes[0].timeline = Some(timeline.clone());
+        processes[0].benchmarks[0].timeline = Some(timeline);
+        let json: serde_json::Value =
+            serde_json::from_str(&render_json(&RunResults::new(processes))).unwrap();
+        for scope in [
+            &json["processes"][0],
+            &json["processes"][0]["benchmarks"][0],
+        ] {
+            let t = &scope["timeline"];
+            assert_eq!(t["bucket_ns"], 1 << 20);
+            let bucket = t["buckets"][0].as_object().unwrap();
+            let fields: Vec<(&str, u64)> = bucket
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_u64().unwrap()))
+                .collect();
+            assert_eq!(
+                fields,
+                [
+                    ("end_bytes", 2),
+                    ("mapped_end_bytes", 135_168),
+                    ("mapped_max_bytes", 135_168),
+                    ("max_bytes", 3),
+                    ("min_bytes", 1),
+                    ("rss_anon_bytes", 8192),
+                    ("rss_end_bytes", 36_864),
+                    ("rss_file_bytes", 28_672),
+                    ("rss_max_bytes", 40_960),
+                    ("rss_shmem_bytes", 0),
+                    ("t_ns", 0),
+                ]
+            );
+            assert_eq!(
+                t["events"][0],
+                serde_json::json!({"t_ns": 7, "what": {"kind": "child", "pid": 43}})
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use memtrack_record::stacks::StackCounts;
 use crate::{
     stack_profile::{Place, ShownStack, StackProfile, object_name},
     symbolize::LogicalFrame,
-    units::{bytes, count},
+    units::{bytes, count, duration},
 };
 
 /// What the stacks report shows.
@@ -76,14 +76,6 @@ pub fn render(
 
 fn counts_text(bytes_n: u64, blocks: u64) -> String {
     format!("{} in {}", bytes(bytes_n), count(blocks, "block"))
-}
-
-fn duration(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2} s", ns as f64 / 1e9)
-    } else {
-        format!("{:.1} ms", ns as f64 / 1e6)
-    }
 }
 
 fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {

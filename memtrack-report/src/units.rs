@@ -29,6 +29,15 @@ pub fn bytes(n: u64) -> String {
     format!("{} ({} B)", size(n), exact(n))
 }
 
+/// A duration for reading: `12.3 ms`, `2.50 s` (from 1 s on).
+pub fn duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +55,7 @@ mod tests {
         assert_eq!(count(0, "block"), "0 blocks");
         assert_eq!(count(1, "block"), "1 block");
         assert_eq!(count(12_345, "stack"), "12,345 stacks");
+        assert_eq!(duration(12_345_678), "12.3 ms");
+        assert_eq!(duration(2_500_000_000), "2.50 s");
     }
 }

@@ -1,10 +1,13 @@
-//! `memtrack diff BASE NEW`: two runs compared, in text and optionally Markdown, with
-//! `--max-increase` checked.
+//! `memtrack diff BASE NEW`: two runs compared, in text and optionally Markdown and
+//! HTML, with `--max-increase` checked.
 
 use std::path::Path;
 
 use memtrack_cli::{Error, exit_code};
-use memtrack_report::diff::{self, DiffOptions};
+use memtrack_report::{
+    diff::{self, DiffOptions},
+    export, html, units,
+};
 
 use super::read_tree;
 
@@ -14,7 +17,11 @@ pub fn diff(
     new: &Path,
     options: &DiffOptions,
     markdown: Option<&Path>,
+    html_file: Option<&Path>,
 ) -> Result<u8, Error> {
+    if let Some(file) = html_file {
+        export::check_file_target(file)?;
+    }
     let base_found = read_tree(base)?;
     let new_found = read_tree(new)?;
     let compared = diff::diff(&base_found.dir_results(), &new_found.dir_results(), options);
@@ -27,6 +34,15 @@ pub fn diff(
     print!("{}", diff::render_text(&compared, options));
     if let Some(path) = markdown {
         append(path, &diff::render_markdown(&compared, options, base, new))?;
+    }
+    if let Some(file) = html_file {
+        let page = html::render_diff(&compared, options, base, new);
+        html::write(file, &page)?;
+        eprintln!(
+            "memtrack: wrote {} ({})",
+            file.display(),
+            units::bytes(page.len() as u64)
+        );
     }
     if base_found.refused + new_found.refused != 0 {
         eprintln!("memtrack: some result files were skipped (above): the comparison is incomplete");

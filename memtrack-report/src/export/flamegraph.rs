@@ -104,8 +104,22 @@ pub fn collapsed(profiles: &[StackProfile], metric: FlameMetric) -> Vec<String> 
         .collect()
 }
 
-/// The SVG of `metric`.
+/// The SVG of `metric`, as wide as what shows it (inferno's fluid drawing), frames
+/// narrower than inferno's default (0.1% of the width) left out.
 pub fn render(profiles: &[StackProfile], metric: FlameMetric) -> Result<Vec<u8>> {
+    render_sized(profiles, metric, None, Options::default().min_width)
+}
+
+/// The SVG of `metric`, `width` pixels wide (None: as wide as what shows it; a frame
+/// that may be laid out after the SVG's script ran wants a width), frames narrower
+/// than `min_width` percent of the width left out (which bounds the SVG's size: at
+/// most `100 / min_width` frames a level).
+pub fn render_sized(
+    profiles: &[StackProfile],
+    metric: FlameMetric,
+    width: Option<usize>,
+    min_width: f64,
+) -> Result<Vec<u8>> {
     let lines = collapsed(profiles, metric);
     if lines.is_empty() {
         return Ok(empty_svg(metric).into_bytes());
@@ -117,6 +131,8 @@ pub fn render(profiles: &[StackProfile], metric: FlameMetric) -> Result<Vec<u8>>
     // The same input always gives the same SVG (colours from the names, not random).
     options.deterministic = true;
     options.hash = true;
+    options.image_width = width;
+    options.min_width = min_width;
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
         |source| Error::Write {

@@ -22,7 +22,7 @@ use crate::{Error, NotWritten, Result};
 /// are 0600 too) and opened without following a symbolic link, nor blocking on a FIFO:
 /// `memtrack report` may run as root, and a link planted at the path must not steer
 /// the write. An existing regular file is replaced.
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     let failed = |source| Error::Write {
         path: path.to_path_buf(),
