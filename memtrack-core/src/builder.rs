@@ -52,7 +52,7 @@ impl Default for TrackerBuilder {
 impl TrackerBuilder {
     /// How many blocks can be live at once in the kernel's live-block maps, shared by all
     /// tracked processes: 1 to [`MAX_LIVE_BLOCKS`] blocks (default
-    /// [`DEFAULT_MAX_LIVE_BLOCKS`](crate::DEFAULT_MAX_LIVE_BLOCKS)). The first
+    /// [`DEFAULT_MAX_LIVE_BLOCKS`]). The first
     /// [`preallocated_live_blocks`](Self::preallocated_live_blocks) of them have
     /// preallocated entries; the others' entries are allocated as blocks go live, their
     /// hash buckets (16 bytes a block) reserved at load ([`live_map_bytes`](crate::live_map_bytes)
@@ -66,7 +66,7 @@ impl TrackerBuilder {
 
     /// How many of the [`max_live_blocks`](Self::max_live_blocks) have their kernel
     /// entries preallocated, in blocks (default
-    /// [`DEFAULT_PREALLOCATED_LIVE_BLOCKS`](crate::DEFAULT_PREALLOCATED_LIVE_BLOCKS); at
+    /// [`DEFAULT_PREALLOCATED_LIVE_BLOCKS`]; at
     /// least 1; more than `max_live_blocks` counts as all of them). Preallocated entries
     /// are reserved and zeroed when they are made, 80 bytes per block and 16 per hash
     /// bucket (what that takes: BENCHMARKS.md), and are the cheapest per allocator call;
