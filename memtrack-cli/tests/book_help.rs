@@ -7,7 +7,7 @@
 //! MEMTRACK_BLESS=1 cargo test -p memtrack-cli --test book_help
 //! ```
 //!
-//! and commit the files. The help is printed 100 columns wide (`COLUMNS=100`), whatever
+//! and commit the files. The help is printed 80 columns wide (`COLUMNS=80`), whatever
 //! the terminal.
 
 use std::{path::PathBuf, process::Command};
@@ -24,7 +24,7 @@ const HELPS: [(&str, &[&str]); 4] = [
 fn help(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_memtrack"))
         .args(args)
-        .env("COLUMNS", "100")
+        .env("COLUMNS", "80")
         .output()
         .expect("memtrack runs");
     assert!(
