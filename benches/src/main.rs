@@ -23,6 +23,8 @@ mod report;
 mod samples;
 mod session;
 mod settings;
+mod short;
+mod short_report;
 mod stacks;
 mod stacks_report;
 mod threads;
@@ -59,6 +61,8 @@ enum Section {
     Live,
     /// 8. The timeline: off, without RSS, with RSS.
     Timeline,
+    /// 9. Short processes: `memtrack run -- /bin/true`, and the processes it starts.
+    Short,
 }
 
 /// memtrack's own benchmarks. Prints the results as Markdown on stdout, progress on
@@ -77,6 +81,10 @@ struct Cli {
     /// Run only these sections (comma-separated; default: all).
     #[arg(long, value_delimiter = ',', value_name = "SECTION")]
     only: Vec<Section>,
+    /// The `memtrack` binary benchmark 9 runs (default: the one beside this program,
+    /// built by `cargo build --release -p memtrack-cli`).
+    #[arg(long, value_name = "PATH")]
+    memtrack: Option<PathBuf>,
 }
 
 impl Cli {
@@ -207,6 +215,17 @@ fn run(cli: &Cli) -> BenchResult<Report> {
     } else {
         None
     };
+    let short = if cli.wants(Section::Short) {
+        eprintln!("9. short processes");
+        let memtrack = cli.memtrack.clone().unwrap_or_else(short::default_memtrack);
+        Some(short::run(
+            &memtrack,
+            session.settings.short_rounds,
+            session.settings.short_processes,
+        )?)
+    } else {
+        None
+    };
     let mut command = String::from("cargo run --release -p memtrack-benches --");
     for arg in std::env::args().skip(1) {
         command.push(' ');
@@ -223,6 +242,7 @@ fn run(cli: &Cli) -> BenchResult<Report> {
         isolation,
         stacks,
         timeline,
+        short,
         checks: session.checks,
         probe_sites: session.probe_sites,
     })

@@ -21,6 +21,7 @@ use crate::{
     samples::Samples,
     session::CountCheck,
     settings::Settings,
+    short::ShortResult,
     stacks::StacksResult,
     threads::ThreadsResult,
     timeline::TimelineResult,
@@ -73,6 +74,8 @@ pub struct Report {
     pub stacks: Option<StacksResult>,
     /// Benchmark 8.
     pub timeline: Option<TimelineResult>,
+    /// Benchmark 9.
+    pub short: Option<ShortResult>,
     /// Every tracked run's count check.
     pub checks: Vec<CountCheck>,
     /// The probe sites of the functions the workloads called, per placement.
@@ -199,6 +202,7 @@ impl Report {
         self.checks.iter().all(CountCheck::exact)
             && self.stacks.as_ref().is_none_or(StacksResult::all_exact)
             && self.timeline.as_ref().is_none_or(TimelineResult::all_exact)
+            && self.short.as_ref().is_none_or(ShortResult::all_exact)
     }
 
     /// The report as Markdown.
@@ -235,6 +239,9 @@ impl Report {
         }
         if let Some(timeline) = &self.timeline {
             crate::timeline_report::markdown(timeline, &mut out);
+        }
+        if let Some(short) = &self.short {
+            crate::short_report::markdown(short, &mut out);
         }
         self.checks_md(&mut out);
         self.probe_sites_md(&mut out);
@@ -801,6 +808,12 @@ impl Report {
                 self.timeline
                     .as_ref()
                     .map_or(Json::Null, crate::timeline_report::json),
+            ),
+            (
+                "short",
+                self.short
+                    .as_ref()
+                    .map_or(Json::Null, crate::short_report::json),
             ),
             ("count_checks", Json::Array(checks)),
             (

@@ -47,6 +47,10 @@ pub struct Settings {
     pub timeline_faults: u64,
     /// Rounds of benchmark 8 (each runs every setup once).
     pub timeline_runs: usize,
+    /// Rounds of benchmark 9 (each runs every setup once).
+    pub short_rounds: usize,
+    /// Processes benchmark 9's loop starts.
+    pub short_processes: usize,
     /// End spawned trackers with `ProcessTracker::close()` (waits ~70 ms for the kernel to
     /// remove the probes, so no detaching overlaps the next run) rather than a drop.
     pub close_spawned: bool,
@@ -74,6 +78,8 @@ impl Settings {
             timeline_ops: 1_000_000,
             timeline_faults: 200_000,
             timeline_runs: 5,
+            short_rounds: 30,
+            short_processes: 100,
             close_spawned: true,
         }
     }
@@ -101,6 +107,8 @@ impl Settings {
             timeline_ops: 20_000,
             timeline_faults: 20_000,
             timeline_runs: 1,
+            short_rounds: 2,
+            short_processes: 10,
             close_spawned: true,
         }
     }

@@ -249,6 +249,18 @@ pub enum NoStacks {
          benchmark integrations)"
     )]
     Any,
+    /// None of image `image` (`--image`): the processes with stacks there ran at most
+    /// `most` images.
+    #[error(
+        " of image {image} (images are numbered from 1, the image a process started \
+         with; the processes with stacks there ran at most {most})"
+    )]
+    Image {
+        /// The image asked for (1 for the first).
+        image: usize,
+        /// The most images any process with stacks there ran.
+        most: usize,
+    },
     /// None of benchmark `uri`; `regions` are the benchmarks that have stacks there.
     #[error(" of benchmark {uri} (the exact uri; {})", regions_there(.regions))]
     Benchmark {

@@ -6,8 +6,8 @@
 //!              [--limits FILE] [--fail-on-lost]
 //!              -- CMD [ARGS...]
 //! memtrack report DIR [--json] [--probes] [--limit LIMIT]... [--limits FILE] [--fail-on-lost]
-//! memtrack report --stacks DIR [--top N] [--benchmark URI] [--dhat FILE] [--pprof FILE]
-//!                 [--flamegraph-dir DIR]
+//! memtrack report --stacks DIR [--top N] [--benchmark URI | --image N] [--dhat FILE]
+//!                 [--pprof FILE] [--flamegraph-dir DIR]
 //! memtrack diff BASE NEW [--counter LIST] [--max-increase PCT] [--markdown FILE]
 //! ```
 //!
@@ -180,6 +180,18 @@ enum Command {
         /// Show one benchmark region's stacks (by its uri) instead of whole processes.
         #[arg(long, value_name = "URI", requires = "stacks")]
         benchmark: Option<String>,
+        /// Show and export image N of each process (1: the image it started with; a
+        /// process that called execve ran several, each with its own stacks). Without
+        /// it the report shows every image under its own heading and the exports take
+        /// each process's last image.
+        #[arg(
+            long,
+            value_name = "N",
+            requires = "stacks",
+            conflicts_with = "benchmark",
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
+        image: Option<u32>,
         /// Also write the stacks in valgrind DHAT's JSON format (dh_view.html opens it);
         /// with several processes, one file each, named FILE with the pid inserted.
         #[arg(long, value_name = "FILE", requires = "stacks")]
@@ -288,6 +300,7 @@ fn dispatch(command: Command) -> Result<u8, Error> {
             stacks: true,
             top,
             benchmark,
+            image,
             dhat,
             pprof,
             flamegraph_dir,
@@ -296,6 +309,7 @@ fn dispatch(command: Command) -> Result<u8, Error> {
             let request = StacksRequest {
                 top: top as usize,
                 benchmark,
+                image: image.map(|n| n as usize),
                 dhat,
                 pprof,
                 flamegraph_dir,

@@ -277,6 +277,9 @@ impl Regions {
         let mut all = self.stacks.get(&pid).cloned().unwrap_or_default();
         // An open region's stacks are listed with it, as its counters are.
         all.add_scope(self.open_uri(pid), &now);
+        // The images before the last exec are kept whole, as the record keeps their
+        // counters (regions are counted in the last image only).
+        all.push_earlier_images_of(&now);
         all.process.start_ns = now.process.start_ns;
         all.process.end_ns = now.process.end_ns;
         all
@@ -299,10 +302,14 @@ struct WrittenAtExit {
 }
 
 /// The stacks of `process` as its stacks file holds them, read through `control`
-/// (None: stacks off). Its scope spans the process's tracking, start to end (or now).
+/// (None: stacks off). Its scope spans the image it ran last, from the process's start
+/// or its last exec (where its last earlier image ended) to its end (or now).
 fn process_stacks(control: &TrackerControl, process: &TrackedProcess) -> Option<ProcessStacks> {
     let mut stacks = control.stacks(process.pid)?;
-    stacks.process.start_ns = process.started_ns;
+    stacks.process.start_ns = stacks
+        .earlier_images
+        .last()
+        .map_or(process.started_ns, |image| image.end_ns);
     stacks
         .process
         .set_end(process.ended_ns.unwrap_or_else(memtrack::monotonic_ns));

@@ -474,15 +474,15 @@ fn no_stack_cache_walks_every_stack_and_changes_no_stack() {
     );
 }
 
-/// A process that ran `exec` keeps the stacks of its last image only, as its counters
-/// do; the report names the earlier image and what it allocated, so its allocations
-/// are not silently missing from the stacks (bash allocates before it execs).
+/// A process that ran `exec` keeps the stacks of each image it ran (bash allocates
+/// before it execs): the report shows each under its own heading, each adding up to
+/// its image's counters exactly (tests/run_stacks_exec.rs checks them stack by stack).
 #[test]
 #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]
-fn allocations_before_an_exec_are_named_in_the_stacks_report() {
+fn allocations_before_an_exec_have_their_own_stacks_in_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("results");
-    let (_, stderr) = run_into(
+    let (pid, stderr) = run_into(
         &results,
         &["--stacks"],
         Path::new("bash"),
@@ -493,18 +493,36 @@ fn allocations_before_an_exec_are_named_in_the_stacks_report() {
     assert_eq!(earlier.len(), 1, "{stderr}");
     let stats = &earlier[0].stats;
     assert!(stats.alloc_calls > 0, "bash allocated nothing? {stats:#?}");
+    let stacks = ProcessStacks::read_from(&results.join(stacks_file_name(pid))).unwrap();
+    assert_eq!(stacks.earlier_images.len(), 1);
+    let total = stacks.earlier_images[0].total();
+    assert_eq!(
+        (total.alloc_blocks, total.alloc_bytes, total.live_bytes),
+        (stats.alloc_calls, stats.bytes_allocated, stats.live_bytes)
+    );
     let (out, report, report_err) = output(memtrack().args(["report", "--stacks"]).arg(&results));
     assert!(out.status.success(), "{report_err}");
-    let note = format!(
-        "  note: before exec, as bash -c exec /bin/true: allocated {} in {} blocks, whose \
-         stacks were not kept (the stacks and the counters above cover the image the \
-         process ran last)\n",
+    let heading = format!("process {pid}, image 1 of 2: bash -c exec /bin/true\n");
+    assert!(report.contains(&heading), "{heading:?} not in\n{report}");
+    let allocated = format!(
+        "allocated {} in {} blocks;",
         memtrack_report::units::bytes(stats.bytes_allocated),
         memtrack_report::units::exact(stats.alloc_calls),
     );
-    assert!(report.contains(&note), "{note:?} not in\n{report}");
     assert!(
-        report.contains("  the stacks add up exactly to the counters\n"),
+        report.contains(&allocated),
+        "{allocated:?} not in\n{report}"
+    );
+    assert!(
+        report.contains(&format!("process {pid}, image 2 of 2: /bin/true\n")),
         "{report}"
     );
+    assert_eq!(
+        report
+            .matches("  the stacks add up exactly to the counters\n")
+            .count(),
+        2,
+        "{report}"
+    );
+    assert!(!report.contains("were not kept"), "{report}");
 }

@@ -1052,3 +1052,194 @@ fn anonymous_frames_and_truncated_stacks() {
         "pid 4242: ./call_tree;[truncated];0x7f0000001234;load_other;decode 300"
     );
 }
+
+/// A process that exec'd: call_tree's stacks as its last image, and an earlier image
+/// (`sh`) that allocated through load_other only (3 blocks of 100 bytes, all freed; its
+/// peak one of them). With the earlier image's stacks kept, each image is a profile of
+/// its own; from a stacks file written before they were kept, the last image's profile
+/// names the earlier one.
+#[test]
+fn images_before_an_exec_are_profiles_of_their_own_or_named_when_not_kept() {
+    let mut loaded = call_tree_profile(&built().call_tree);
+    let stacks = loaded.stacks.as_mut().unwrap();
+    let mut image = stacks.process.clone();
+    image.entries.retain(|e| e.stack == 1);
+    image.lost = StackCounts::default();
+    image.entries[0].counts.at_peak_bytes = 100;
+    let mut stats = Stats::default();
+    stats.alloc_calls = 3;
+    stats.bytes_allocated = 300;
+    stats.free_calls = 3;
+    stats.bytes_freed = 300;
+    stats.peak_live_bytes = 100;
+    loaded.process.earlier_images = vec![memtrack::ImageStats::new(vec!["sh".into()], stats)];
+    let old = loaded.clone();
+    loaded.stacks.as_mut().unwrap().earlier_images = vec![image];
+
+    let kept = profiles(std::slice::from_ref(&loaded));
+    assert_eq!(kept.len(), 2);
+    let images: Vec<_> = kept.iter().map(|p| (p.image, p.images)).collect();
+    assert_eq!(images, [(1, 2), (2, 2)]);
+    assert_eq!(kept[0].command, ["sh"]);
+    assert_eq!(kept[0].title(), "process 4242, image 1 of 2");
+    assert_eq!(kept[0].stacks.len(), 1);
+    assert_eq!(kept[0].total.alloc_bytes, 300);
+    assert!(
+        kept[0].mismatches().is_empty(),
+        "{:?}",
+        kept[0].mismatches()
+    );
+    assert_eq!(kept[1].command, ["./call_tree"]);
+    assert!(
+        kept[1].mismatches().is_empty(),
+        "{:?}",
+        kept[1].mismatches()
+    );
+    assert!(kept.iter().all(|p| p.earlier_images.is_empty()));
+    let text = stacks_report::render(&kept, &[], StacksOptions::default());
+    let first = text.find("process 4242, image 1 of 2: sh\n").expect(&text);
+    let second = text
+        .find("process 4242, image 2 of 2: ./call_tree\n")
+        .expect(&text);
+    assert!(first < second, "{text}");
+    assert!(!text.contains("not kept"), "{text}");
+    // The flamegraphs' root and pprof's labels say which image.
+    let lines = flamegraph::collapsed(&kept[..1], FlameMetric::Allocated);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("pid 4242 (image 1 of 2): sh;")),
+        "{lines:?}"
+    );
+    let built_pprof = pprof::build(&kept[..1]);
+    let image_key = built_pprof
+        .string_table
+        .iter()
+        .position(|s| s == "image")
+        .unwrap() as i64;
+    for sample in &built_pprof.sample {
+        let label = sample.label.iter().find(|l| l.key == image_key).unwrap();
+        assert_eq!(label.num, 1);
+    }
+    let (one, skipped) =
+        stack_profile::resolve(std::slice::from_ref(&loaded), &ScopeChoice::Image(1));
+    assert!(skipped.is_empty());
+    assert_eq!((one.len(), one[0].image), (1, 1));
+    let (none, skipped) =
+        stack_profile::resolve(std::slice::from_ref(&loaded), &ScopeChoice::Image(3));
+    assert!(none.is_empty());
+    assert_eq!(skipped, [(4242, "ran 2 images, no image 3".to_string())]);
+
+    // A stacks file from before: the last image only, the earlier one named.
+    let last = profiles(std::slice::from_ref(&old));
+    assert_eq!(last.len(), 1);
+    assert_eq!((last[0].image, last[0].images), (2, 2));
+    assert_eq!(last[0].earlier_images.len(), 1);
+    let text = stacks_report::render(&last, &[], StacksOptions::default());
+    assert!(
+        text.contains(
+            "  note: before exec, as sh: allocated 300 B in 3 blocks, whose stacks were not \
+             kept (a stacks file written before memtrack kept each image's; the stacks and \
+             the counters above cover the image the process ran last)\n"
+        ),
+        "{text}"
+    );
+    let (none, skipped) =
+        stack_profile::resolve(std::slice::from_ref(&old), &ScopeChoice::Image(1));
+    assert!(none.is_empty());
+    assert_eq!(
+        skipped,
+        [(
+            4242,
+            "the stacks of image 1 of 2 were not kept (its stacks file was written before \
+             memtrack kept each image's stacks)"
+                .to_string()
+        )]
+    );
+    // Stacks of images that are not the result's are refused, by count.
+    let stacks = loaded.stacks.as_ref().unwrap();
+    assert!(stacks.check_images(1).is_ok());
+    assert!(old.stacks.as_ref().unwrap().check_images(1).is_ok());
+    assert_eq!(
+        stacks.check_images(2).unwrap_err().to_string(),
+        "holds the stacks of 1 image run before an exec, but the result file of its \
+         process names 2: not from the same run"
+    );
+}
+
+/// `memtrack report --stacks` of a directory where one stacks file holds an earlier
+/// image its result does not name: that file is skipped with why, the other process is
+/// reported image by image, `--image N` picks one, and an image no process ran is an
+/// error.
+#[test]
+fn report_stacks_shows_each_image_and_refuses_images_that_are_not_the_results() {
+    let results = tempfile::tempdir().unwrap();
+    let mut exec = call_tree_profile(&built().call_tree);
+    let scope = exec.stacks.as_ref().unwrap().process.clone();
+    let mut stats = exec.process.stats.clone();
+    stats.peak_time_ns = 0;
+    exec.process.earlier_images = vec![memtrack::ImageStats::new(vec!["sh".into()], stats)];
+    exec.stacks.as_mut().unwrap().earlier_images = vec![scope];
+    save(results.path(), &exec);
+    let mut other = exec.clone();
+    other.process.pid = 4243;
+    other.process.earlier_images.clear();
+    save(results.path(), &other);
+
+    let run = report_stacks(results.path(), NO_ARGS);
+    assert_eq!(run.status.code(), Some(201));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.starts_with("process 4242, image 1 of 2: sh\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\nprocess 4242, image 2 of 2: ./call_tree\n"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let refused = format!(
+        "memtrack: skipped reading stacks from {}: holds the stacks of 1 image run before \
+         an exec, but the result file of its process names 0: not from the same run\n",
+        results.path().join("4243.MemtrackStacks.msgpack").display()
+    );
+    assert!(stderr.starts_with(&refused), "{stderr}");
+
+    std::fs::remove_file(results.path().join("4243.MemtrackStacks.msgpack")).unwrap();
+    std::fs::remove_file(results.path().join("4243.MemtrackResult.msgpack")).unwrap();
+    let run = report_stacks(results.path(), ["--image".as_ref(), "1".as_ref()]);
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.starts_with("process 4242, image 1 of 2: sh\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("image 2 of 2"), "{stdout}");
+    let run = report_stacks(results.path(), ["--image".as_ref(), "3".as_ref()]);
+    assert_eq!(run.status.code(), Some(201));
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "process 4242: ran 2 images, no image 3\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run.stderr),
+        format!(
+            "memtrack: no process in {} has stacks of image 3 (images are numbered from 1, \
+             the image a process started with; the processes with stacks there ran at most \
+             2)\n",
+            results.path().display()
+        )
+    );
+    for refused in [
+        vec!["--image", "0"],
+        vec!["--image", "1", "--benchmark", "b"],
+    ] {
+        let run = memtrack()
+            .args(["report", "--stacks"])
+            .arg(results.path())
+            .args(&refused)
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(201), "{refused:?}: {run:?}");
+    }
+}

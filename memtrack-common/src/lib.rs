@@ -299,21 +299,52 @@ pub mod ld_hook {
     /// stopped forever if memtrack died with it pending) nor a terminating signal.
     pub const SIGNALS: [u32; 3] = [23, 28, 17];
 
-    /// The cookie of the hook's probe: the byte offsets of `task_struct.blocked` (low
-    /// 32 bits) and `task_struct.ptrace` (high 32 bits).
-    pub const fn cookie(blocked_offset: u32, ptrace_offset: u32) -> u64 {
-        blocked_offset as u64 | (ptrace_offset as u64) << 32
+    /// The cookie of the hook's probe: the byte offsets of `task_struct.blocked` (bits
+    /// 0-15) and `task_struct.ptrace` (bits 16-31), and the distance in bytes from
+    /// `_dl_debug_state` to the loader's `_r_debug` (bits 32-63, signed; 0: unknown).
+    /// None when an offset does not fit in 16 bits.
+    pub const fn cookie(
+        blocked_offset: u32,
+        ptrace_offset: u32,
+        r_debug_delta: i32,
+    ) -> Option<u64> {
+        if blocked_offset > 0xffff || ptrace_offset > 0xffff {
+            return None;
+        }
+        Some(
+            blocked_offset as u64
+                | (ptrace_offset as u64) << 16
+                | (r_debug_delta as u32 as u64) << 32,
+        )
     }
 
     /// The byte offset of `task_struct.blocked` in a hook cookie.
     pub const fn blocked_offset(cookie: u64) -> u32 {
-        cookie as u32
+        (cookie & 0xffff) as u32
     }
 
     /// The byte offset of `task_struct.ptrace` in a hook cookie.
     pub const fn ptrace_offset(cookie: u64) -> u32 {
-        (cookie >> 32) as u32
+        ((cookie >> 16) & 0xffff) as u32
     }
+
+    /// The distance in bytes from `_dl_debug_state` to `_r_debug` in a hook cookie (0:
+    /// unknown, the hook then stops the thread at every call).
+    pub const fn r_debug_delta(cookie: u64) -> i32 {
+        (cookie >> 32) as u32 as i32
+    }
+
+    /// `struct r_debug` (glibc's and musl's `<link.h>`, x86_64): `r_brk` (the address of
+    /// `_dl_debug_state`) is at byte 16, `r_state` at byte 24; what the hook reads.
+    pub const R_DEBUG_BRK: usize = 2;
+    /// The index of `r_state` in `struct r_debug` read as four u64 words (see
+    /// [`R_DEBUG_BRK`]).
+    pub const R_DEBUG_STATE: usize = 3;
+    /// `RT_ADD`: the loader is about to map objects (`r_state` 1). The hook lets such a
+    /// call go: nothing new is mapped yet, and the loader calls `_dl_debug_state` again
+    /// with `RT_CONSISTENT` (0) once the objects are mapped, before their initializers
+    /// run. `RT_DELETE` (2) and `RT_CONSISTENT` stop the thread.
+    pub const RT_ADD: u32 = 1;
 
     /// The first of [`SIGNALS`] that `blocked` (a thread's blocked mask: bit `n - 1`
     /// stands for signal `n`) does not block; `None` when it blocks them all.
@@ -927,10 +958,16 @@ mod tests {
 
     #[test]
     fn ld_hook_cookie_round_trips() {
-        let c = ld_hook::cookie(0x8f0, 0x2c);
-        assert_eq!(c, 0x8f0 | 0x2c << 32);
+        let c = ld_hook::cookie(0x8f0, 0x2c, -0x31f48).unwrap();
         assert_eq!(ld_hook::blocked_offset(c), 0x8f0);
         assert_eq!(ld_hook::ptrace_offset(c), 0x2c);
+        assert_eq!(ld_hook::r_debug_delta(c), -0x31f48);
+        let c = ld_hook::cookie(0xffff, 0, 0x7fff_ffff).unwrap();
+        assert_eq!(ld_hook::blocked_offset(c), 0xffff);
+        assert_eq!(ld_hook::ptrace_offset(c), 0);
+        assert_eq!(ld_hook::r_debug_delta(c), 0x7fff_ffff);
+        // Offsets beyond 16 bits have no cookie.
+        assert_eq!(ld_hook::cookie(0x1_0000, 0x2c, 0), None);
     }
 
     #[test]

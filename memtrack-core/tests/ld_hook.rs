@@ -57,12 +57,13 @@ fn the_hook_stops_with_the_first_unblocked_signal_and_delivers_the_programs_own(
 fn a_thread_blocking_every_hook_signal_shows_lost_events() {
     for links in [UprobeLinks::Auto, UprobeLinks::PerfEvent] {
         let stats = run("urg,winch,chld", links);
-        // The dlopen's two loader hook hits (objects added, then consistent) found
-        // every signal blocked: jemalloc was not probed, and the counts say they are
-        // incomplete.
+        // Of the dlopen's two loader hook hits (objects about to be added, then
+        // consistent), the first stops nothing by design (r_state RT_ADD: nothing new
+        // is mapped yet); the second found every signal blocked: jemalloc was not
+        // probed, and the counts say they are incomplete.
         assert_eq!(
             (mallocx_calls(&stats), stats.lost_events),
-            (0, 2),
+            (0, 1),
             "{links:?} links: (mallocx calls, lost events)"
         );
     }

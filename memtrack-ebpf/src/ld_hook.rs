@@ -13,7 +13,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::{bpf_get_attach_cookie, bpf_send_signal_thread},
     },
     macros::uprobe,
@@ -55,11 +55,37 @@ fn missed(tgid: u32) -> u32 {
     0
 }
 
-/// `_dl_debug_state()`: stop this thread for the follower.
+/// Whether this call of `_dl_debug_state` (at `ip`) announces objects about to be
+/// mapped (`RT_ADD`): read from the loader's `_r_debug`, `delta` bytes from `ip`, and
+/// believed only when its `r_brk` is `ip` (a wrong distance reads anything else).
+#[inline(always)]
+fn about_to_map(ip: u64, delta: i32) -> bool {
+    if delta == 0 {
+        return false;
+    }
+    let r_debug = ip.wrapping_add(delta as i64 as u64) as *const [u64; 4];
+    // SAFETY: the helper reads user memory safely; a fault yields Err.
+    match unsafe { bpf_probe_read_user(r_debug) } {
+        Ok(words) => {
+            words[ld_hook::R_DEBUG_BRK] == ip
+                && words[ld_hook::R_DEBUG_STATE] as u32 == ld_hook::RT_ADD
+        }
+        Err(_) => false,
+    }
+}
+
+/// `_dl_debug_state()`: stop this thread for the follower, unless the loader is only
+/// about to map objects (it calls again once they are mapped).
 #[uprobe]
 pub fn ld_hook_prog(ctx: ProbeContext) -> u32 {
     // SAFETY: the context is the probe's own; the helper takes it as is.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.regs.cast()) };
+    // SAFETY: the context's registers, read as the probe saw them (`rip`: the probed
+    // instruction, i.e. `_dl_debug_state`).
+    let ip = unsafe { (*ctx.regs).rip };
+    if about_to_map(ip, ld_hook::r_debug_delta(cookie)) {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let tgid = (pid_tgid >> 32) as u32;

@@ -201,6 +201,19 @@ pub enum FileRefused {
     /// Stacks whose references do not hold together.
     #[error(transparent)]
     Inconsistent(#[from] InvalidStacks),
+    /// A stacks file whose earlier images are not those of the result file beside it
+    /// (one of them from another run).
+    #[error(
+        "holds the stacks of {} run before an exec, but the result file of its process \
+         names {result}: not from the same run",
+        images(*.stacks)
+    )]
+    OtherImages {
+        /// Earlier images in the stacks file.
+        stacks: usize,
+        /// Earlier images in the result file.
+        result: usize,
+    },
 }
 
 /// What writing into the results directory was doing when it failed.
@@ -342,6 +355,13 @@ pub enum InvalidStacks {
         /// The stack.
         stack: u32,
     },
+}
+
+fn images(n: usize) -> String {
+    match n {
+        1 => "1 image".to_string(),
+        n => format!("{n} images"),
+    }
 }
 
 fn objects_there(objects: usize) -> String {

@@ -12,7 +12,9 @@
 //! - [`ProcessStacks::objects`]: the object files frames point into;
 //! - [`ProcessStacks::stacks`]: every distinct stack seen, a [`StackId`] is its index;
 //! - [`ProcessStacks::process`]: per-stack counters of the whole process;
-//! - [`ProcessStacks::regions`]: the same per marked benchmark region.
+//! - [`ProcessStacks::regions`]: the same per marked benchmark region;
+//! - [`ProcessStacks::earlier_images`]: the same per image the process ran before its
+//!   last `execve`, oldest first.
 //!
 //! All counts follow memtrack's counting convention (blocks, as valgrind DHAT counts
 //! them; see [`Stats`](crate::Stats)), and a free is charged to the stack that allocated
@@ -52,6 +54,17 @@ pub struct ProcessStacks {
     /// `benchmarks` (empty when no region was marked).
     #[serde(default)]
     pub regions: Vec<RegionStacks>,
+    /// Per-stack counters of each image the process ran before its last `execve`,
+    /// oldest first: the `i`-th is the image of the result's `earlier_images[i]`, and
+    /// its totals equal that image's counters. [`process`](Self::process) then covers
+    /// the last image only (from its exec), as the result's `stats` do. Every scope
+    /// shares the one [`stacks`](Self::stacks) and [`objects`](Self::objects) tables.
+    /// Empty for a process that never exec'd, and in files written before memtrack
+    /// kept each image's stacks (2026-12-07): those name the earlier images' counters
+    /// only. A field added without a new version: a reader that does not know it reads
+    /// the last image, as it always did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_images: Vec<ScopeStacks>,
 }
 
 /// An object file (executable or shared library) that frames point into.
@@ -446,22 +459,40 @@ impl ProcessStacks {
         out.write_file(&stacks_file_name(pid), &self.to_bytes())
     }
 
-    /// How the stacks of the whole process ended, in blocks allocated: those cut at the
+    /// How the stacks of the whole process ended, in blocks allocated, over every image
+    /// it ran ([`earlier_images`](Self::earlier_images) and the last): those cut at the
     /// depth limit, those that reached a frame without unwind information, and those
     /// whose stack could not be stored (the kernel's stack map full).
     pub fn incomplete(&self) -> IncompleteStacks {
-        let mut out = IncompleteStacks {
-            lost_blocks: self.process.lost.alloc_blocks,
-            ..IncompleteStacks::default()
-        };
-        for entry in &self.process.entries {
-            match self.stacks.get(entry.stack as usize).map(|s| s.end) {
-                Some(StackEnd::Truncated) => out.truncated_blocks += entry.counts.alloc_blocks,
-                Some(StackEnd::Unknown) => out.unknown_blocks += entry.counts.alloc_blocks,
-                _ => {}
+        let mut out = IncompleteStacks::default();
+        for scope in self.earlier_images.iter().chain([&self.process]) {
+            out.lost_blocks += scope.lost.alloc_blocks;
+            for entry in &scope.entries {
+                match self.stacks.get(entry.stack as usize).map(|s| s.end) {
+                    Some(StackEnd::Truncated) => out.truncated_blocks += entry.counts.alloc_blocks,
+                    Some(StackEnd::Unknown) => out.unknown_blocks += entry.counts.alloc_blocks,
+                    _ => {}
+                }
             }
         }
         out
+    }
+
+    /// How many images the process ran: its earlier ones and the last.
+    pub fn image_count(&self) -> usize {
+        self.earlier_images.len() + 1
+    }
+
+    /// The scope of image `number` (1 for the first image the process ran, up to
+    /// [`image_count`](Self::image_count) for the last, which is
+    /// [`process`](Self::process)), if it ran that many.
+    pub fn image(&self, number: usize) -> Option<&ScopeStacks> {
+        let index = number.checked_sub(1)?;
+        match index.cmp(&self.earlier_images.len()) {
+            std::cmp::Ordering::Less => self.earlier_images.get(index),
+            std::cmp::Ordering::Equal => Some(&self.process),
+            std::cmp::Ordering::Greater => None,
+        }
     }
 
     /// The scope of the benchmark region named `uri`, if there is one.
@@ -470,6 +501,21 @@ impl ProcessStacks {
             .iter()
             .find(|r| r.uri == uri)
             .map(|r| &r.counters)
+    }
+
+    /// Whether these stacks can be those of a process whose result names
+    /// `result_images` earlier images: the same number, or none at all (a file written
+    /// before memtrack kept each image's stacks).
+    pub fn check_images(&self, result_images: usize) -> Result<(), FileRefused> {
+        let stacks = self.earlier_images.len();
+        if stacks == 0 || stacks == result_images {
+            Ok(())
+        } else {
+            Err(FileRefused::OtherImages {
+                stacks,
+                result: result_images,
+            })
+        }
     }
 
     /// Checks that every reference points at something: frames at objects, entries at
@@ -501,11 +547,18 @@ impl ProcessStacks {
                 return Err(InvalidStacks::Duplicate(pair[0].1, pair[1].1));
             }
         }
-        let scopes = std::iter::once(("the process".to_string(), &self.process)).chain(
-            self.regions
-                .iter()
-                .map(|r| (format!("region {:?}", r.uri), &r.counters)),
-        );
+        let scopes = std::iter::once(("the process".to_string(), &self.process))
+            .chain(
+                self.regions
+                    .iter()
+                    .map(|r| (format!("region {:?}", r.uri), &r.counters)),
+            )
+            .chain(
+                self.earlier_images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, scope)| (format!("earlier image {i}"), scope)),
+            );
         for (name, scope) in scopes {
             let mut seen = vec![false; self.stacks.len()];
             for entry in &scope.entries {
@@ -600,6 +653,7 @@ mod tests {
                 },
             },
             regions: vec![],
+            earlier_images: vec![],
         }
     }
 
@@ -752,6 +806,18 @@ mod tests {
         assert_eq!(
             bad.validate().unwrap_err().to_string(),
             "region \"b\": stack 0 is listed twice"
+        );
+        let mut bad = sample();
+        bad.earlier_images.push(ScopeStacks {
+            entries: vec![StackEntry {
+                stack: 5,
+                ..StackEntry::default()
+            }],
+            ..ScopeStacks::default()
+        });
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "earlier image 0: stack 5 does not exist (2 stacks)"
         );
     }
 

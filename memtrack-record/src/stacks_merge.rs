@@ -2,7 +2,9 @@
 //! stacks are read from the kernel at the region's end, with stack and object tables of
 //! their own, and the process's stacks file holds every region (one shared table) and
 //! their sum as the process's scope, as the process's result holds its regions and
-//! their sum ([`Stats::merge`](crate::Stats::merge)).
+//! their sum ([`Stats::merge`](crate::Stats::merge)). The stacks of the images a
+//! process ran before its last `execve` join the same tables, each image a scope of its
+//! own ([`ProcessStacks::push_earlier_image`]).
 
 use std::{collections::HashMap, hash::Hash};
 
@@ -31,12 +33,7 @@ impl ProcessStacks {
         if self.depth_limit == 0 {
             self.depth_limit = other.depth_limit;
         }
-        let objects = self.join_objects(&other.objects);
-        let stacks = self.join_stacks(&other.stacks, &objects);
-        let mut scope = other.process.clone();
-        for entry in &mut scope.entries {
-            entry.stack = stacks[entry.stack as usize];
-        }
+        let scope = self.join_scope(other, &other.process);
         merge_scope(&mut self.process, &scope);
         if let Some(uri) = region {
             self.regions.push(RegionStacks {
@@ -44,6 +41,40 @@ impl ProcessStacks {
                 counters: scope,
             });
         }
+    }
+
+    /// Lists `scope` (a scope of `from`, stacks read for the same process with their
+    /// own tables) as the process's next earlier image
+    /// ([`earlier_images`](ProcessStacks::earlier_images)): its stacks and objects join
+    /// these tables, its counters are kept as they are (an image's counters are never
+    /// added to another's: each image starts from zero at its exec).
+    pub fn push_earlier_image(&mut self, from: &ProcessStacks, scope: &ScopeStacks) {
+        if self.depth_limit == 0 {
+            self.depth_limit = from.depth_limit;
+        }
+        let scope = self.join_scope(from, scope);
+        self.earlier_images.push(scope);
+    }
+
+    /// Lists every earlier image of `from` (stacks read for the same process, with
+    /// their own tables) after this one's, oldest first
+    /// ([`push_earlier_image`](Self::push_earlier_image)).
+    pub fn push_earlier_images_of(&mut self, from: &ProcessStacks) {
+        for scope in &from.earlier_images {
+            self.push_earlier_image(from, scope);
+        }
+    }
+
+    /// `scope`, a scope of `from`, with its entries naming these tables' stacks (which
+    /// `from`'s stacks and objects join).
+    fn join_scope(&mut self, from: &ProcessStacks, scope: &ScopeStacks) -> ScopeStacks {
+        let objects = self.join_objects(&from.objects);
+        let stacks = self.join_stacks(&from.stacks, &objects);
+        let mut scope = scope.clone();
+        for entry in &mut scope.entries {
+            entry.stack = stacks[entry.stack as usize];
+        }
+        scope
     }
 
     /// Adds `objects` to this table; returns each one's id here.
@@ -221,6 +252,7 @@ mod tests {
                 ..ScopeStacks::default()
             },
             regions: vec![],
+            earlier_images: vec![],
         }
     }
 
@@ -319,5 +351,63 @@ mod tests {
         assert_eq!(all.process.total().at_peak_bytes, 300);
         // Without a region name the scope counts for the process only.
         assert_eq!(all.regions.len(), 3);
+    }
+
+    /// Each image's stacks read with their own tables join one table, each image a
+    /// scope of its own with its counters as read; the last image stays the process
+    /// scope.
+    #[test]
+    fn earlier_images_join_the_table_and_keep_their_own_counters() {
+        let first = region(
+            &["/bin/sh", "/libc"],
+            &[(0, 0x10), (1, 0x20)],
+            vec![counts(2, 200, 1, 2, 2), counts(1, 100, 0, 1, 1)],
+        );
+        let second = region(
+            &["/libc", "/bin/tool"],
+            &[(0, 0x20), (1, 0x30)],
+            vec![counts(4, 400, 4, 4, 4), counts(1, 64, 1, 1, 1)],
+        );
+        let mut kept = ProcessStacks::default();
+        kept.push_earlier_image(&first, &first.process);
+        kept.push_earlier_image(&second, &second.process);
+        let mut last = region(&["/bin/tool"], &[(0, 0x40)], vec![counts(3, 30, 3, 3, 3)]);
+        last.push_earlier_images_of(&kept);
+        last.validate().unwrap();
+        assert_eq!(last.depth_limit, 16);
+        assert_eq!(last.image_count(), 3);
+        assert_eq!(last.objects.len(), 3, "{:?}", last.objects);
+        // (/libc, 0x20) is one stack of the table, listed by both earlier images.
+        assert_eq!(last.stacks.len(), 4);
+        let image = |n| last.image(n).unwrap();
+        let frames = |scope: &ScopeStacks| -> Vec<(String, u64, u64)> {
+            scope
+                .entries
+                .iter()
+                .map(|e| {
+                    let f = last.stacks[e.stack as usize].frames[0];
+                    let object = &last.objects[f.object.unwrap() as usize];
+                    (
+                        object.path.display().to_string(),
+                        f.address,
+                        e.counts.alloc_bytes,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            frames(image(1)),
+            [("/bin/sh".into(), 0x10, 200), ("/libc".into(), 0x20, 100)]
+        );
+        assert_eq!(
+            frames(image(2)),
+            [("/libc".into(), 0x20, 400), ("/bin/tool".into(), 0x30, 64)]
+        );
+        assert_eq!(frames(image(3)), [("/bin/tool".into(), 0x40, 30)]);
+        assert_eq!(image(1).entries[1].stack, image(2).entries[0].stack);
+        assert_eq!(image(1).total().live_bytes, 100);
+        assert!(last.image(0).is_none() && last.image(4).is_none());
+        // Blocks counted over every image.
+        assert_eq!(last.incomplete().lost_blocks, 0);
     }
 }

@@ -72,7 +72,16 @@ pub fn load_dir(dir: &Path) -> Result<LoadedDir> {
             });
             continue;
         }
-        match ProcessStacks::read_from(&path) {
+        let read = ProcessStacks::read_from(&path).and_then(|stacks| {
+            stacks
+                .check_images(process.earlier_images.len())
+                .map_err(|cause| memtrack_record::Error::StacksFile {
+                    path: path.clone(),
+                    cause,
+                })?;
+            Ok(stacks)
+        });
+        match read {
             Ok(stacks) => loaded.processes.push(LoadedProcess {
                 process,
                 stacks: Some(stacks),
@@ -86,8 +95,15 @@ pub fn load_dir(dir: &Path) -> Result<LoadedDir> {
 /// Which counters the views show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScopeChoice {
-    /// Each process's whole-process counters.
+    /// Each process's whole-process counters: one profile per image it ran (a process
+    /// that called `execve` ran several: see [`StackProfile::image`]), oldest first.
+    /// A process that never exec'd has one, as do those whose stacks file was written
+    /// before memtrack kept each image's stacks (its last image's).
     Process,
+    /// Image `n` of each process (1 for the first image it ran, the one it started
+    /// with; its last is [`ProcessStacks::image_count`]). A process that ran fewer
+    /// images is left out, with why.
+    Image(usize),
     /// The benchmark region with this uri, in each process that ran it.
     Benchmark(String),
 }
@@ -190,8 +206,14 @@ impl ShownStack {
 pub struct StackProfile {
     /// Process id.
     pub pid: u32,
-    /// Its command line.
+    /// Its command line (that of the image shown).
     pub command: Vec<String>,
+    /// Which image of the process is shown: 1 for the first it ran, up to
+    /// [`images`](Self::images) for the last (a benchmark region's profile is always
+    /// of the last).
+    pub image: usize,
+    /// How many images the process ran (1 plus the times it called `execve`).
+    pub images: usize,
     /// The benchmark region shown, None for the whole process.
     pub benchmark: Option<String>,
     /// When tracking of the process began, milliseconds since the Unix epoch.
@@ -220,9 +242,10 @@ pub struct StackProfile {
     pub problems: Vec<String>,
     /// The uris of the process's benchmark regions that have stacks.
     pub regions: Vec<String>,
-    /// The images the process ran before its last exec, with their counters (the whole
-    /// process's scope only): their allocations have no stacks here, as the kernel's
-    /// per-stack counters start again at each exec, with the process's.
+    /// The images the process ran before its last exec whose stacks are not kept, with
+    /// their counters, on the last image's whole-process profile: those of a stacks
+    /// file written before memtrack kept each image's stacks (empty otherwise, every
+    /// image then having its own profile).
     pub earlier_images: Vec<memtrack_record::ImageStats>,
 }
 
@@ -235,12 +258,27 @@ pub const AT_PEAK_RACE: &str = " (a block another thread was allocating or freei
      the instant of the peak counts on one side only)";
 
 impl StackProfile {
-    /// "process 123" or "benchmark URI in process 123".
+    /// "process 123", "process 123, image 1 of 2" (a process that exec'd), or
+    /// "benchmark URI in process 123".
     pub fn title(&self) -> String {
         match &self.benchmark {
+            None if self.images > 1 => {
+                format!("process {}, {}", self.pid, self.image_text())
+            }
             None => format!("process {}", self.pid),
             Some(uri) => format!("benchmark {uri} in process {}", self.pid),
         }
+    }
+
+    /// "image 1 of 2".
+    pub fn image_text(&self) -> String {
+        format!("image {} of {}", self.image, self.images)
+    }
+
+    /// Whether it shows the last image the process ran (the one the exports take
+    /// unless told another).
+    pub fn is_last_image(&self) -> bool {
+        self.image == self.images
     }
 
     /// Where the per-stack totals differ from the scope's counters (empty: exact, or no
@@ -273,6 +311,92 @@ impl StackProfile {
     }
 }
 
+/// One scope chosen for a profile, before symbolization.
+struct Chosen<'a> {
+    process: &'a TrackedProcess,
+    stacks: &'a ProcessStacks,
+    scope: &'a ScopeStacks,
+    /// The scope's counters from the result file.
+    counters: Option<Stats>,
+    /// The command of the image shown.
+    command: &'a [String],
+    /// Which image, of how many.
+    image: usize,
+    images: usize,
+    /// The earlier images without stacks, named on this profile.
+    unkept: &'a [memtrack_record::ImageStats],
+}
+
+/// The scopes `choice` takes from process `p` (its stacks `stacks`), or why none.
+fn choose<'a>(
+    p: &'a LoadedProcess,
+    stacks: &'a ProcessStacks,
+    choice: &ScopeChoice,
+) -> std::result::Result<Vec<Chosen<'a>>, String> {
+    let process = &p.process;
+    let images = process.earlier_images.len() + 1;
+    // The stacks file holds every image's, or (written before they were kept) the last's.
+    let kept_all = stacks.earlier_images.len() == process.earlier_images.len();
+    let image = |n: usize| -> Option<Chosen<'a>> {
+        let scope = if kept_all {
+            stacks.image(n)?
+        } else if n == images {
+            &stacks.process
+        } else {
+            return None;
+        };
+        let (command, counters) = match process.earlier_images.get(n - 1) {
+            Some(earlier) => (earlier.command.as_slice(), earlier.stats.clone()),
+            None => (process.command.as_slice(), process.stats.clone()),
+        };
+        Some(Chosen {
+            process,
+            stacks,
+            scope,
+            counters: Some(counters),
+            command,
+            image: n,
+            images,
+            unkept: if kept_all || n != images {
+                &[]
+            } else {
+                &process.earlier_images
+            },
+        })
+    };
+    match choice {
+        ScopeChoice::Process => Ok((1..=images).filter_map(image).collect()),
+        ScopeChoice::Image(n) if (1..=images).contains(n) => {
+            image(*n).map(|c| vec![c]).ok_or_else(|| {
+                format!(
+                    "the stacks of image {n} of {images} were not kept (its stacks file was \
+                 written before memtrack kept each image's stacks)"
+                )
+            })
+        }
+        ScopeChoice::Image(n) => Err(format!(
+            "ran {}, no image {n}",
+            crate::units::count(images as u64, "image")
+        )),
+        ScopeChoice::Benchmark(uri) => stacks
+            .region(uri)
+            .map(|scope| {
+                let counters = process.benchmarks.iter().find(|b| &b.uri == uri);
+                vec![Chosen {
+                    process,
+                    stacks,
+                    scope,
+                    counters: counters.map(|b| b.stats.clone()),
+                    command: &process.command,
+                    image: images,
+                    images,
+                    unkept: &[],
+                }]
+            })
+            .ok_or_else(|| "did not run that benchmark".to_string()),
+    }
+}
+
 /// The processes that have stacks for the chosen scope, symbolized (every distinct
 /// object and address once, across all of them), and the pids left out with why.
 pub fn resolve(
@@ -286,25 +410,18 @@ pub fn resolve(
             skipped.push((p.process.pid, "no stacks recorded".to_string()));
             continue;
         };
-        let scope = match choice {
-            ScopeChoice::Process => Some((&stacks.process, Some(p.process.stats.clone()))),
-            ScopeChoice::Benchmark(uri) => stacks.region(uri).map(|scope| {
-                let counters = p.process.benchmarks.iter().find(|b| &b.uri == uri);
-                (scope, counters.map(|b| b.stats.clone()))
-            }),
-        };
-        match scope {
-            Some((scope, counters)) => chosen.push((p, stacks, scope, counters)),
-            None => skipped.push((p.process.pid, "did not run that benchmark".to_string())),
+        match choose(p, stacks, choice) {
+            Ok(scopes) => chosen.extend(scopes),
+            Err(why) => skipped.push((p.process.pid, why)),
         }
     }
-    let wanted = chosen.iter().flat_map(|(_, stacks, scope, _)| {
-        scope.entries.iter().flat_map(move |entry| {
-            stacks.stacks[entry.stack as usize]
+    let wanted = chosen.iter().flat_map(|c| {
+        c.scope.entries.iter().flat_map(move |entry| {
+            c.stacks.stacks[entry.stack as usize]
                 .frames
                 .iter()
                 .filter_map(move |frame| {
-                    let object = &stacks.objects[frame.object? as usize];
+                    let object = &c.stacks.objects[frame.object? as usize];
                     Some((object, frame.lookup_address()))
                 })
         })
@@ -312,21 +429,22 @@ pub fn resolve(
     let symbols = Symbols::resolve(wanted);
     let profiles = chosen
         .into_iter()
-        .map(|(p, stacks, scope, counters)| {
-            profile(&p.process, stacks, scope, counters, choice, &symbols)
-        })
+        .map(|c| profile(c, choice, &symbols))
         .collect();
     (profiles, skipped)
 }
 
-fn profile(
-    process: &TrackedProcess,
-    stacks: &ProcessStacks,
-    scope: &ScopeStacks,
-    counters: Option<Stats>,
-    choice: &ScopeChoice,
-    symbols: &Symbols,
-) -> StackProfile {
+fn profile(chosen: Chosen<'_>, choice: &ScopeChoice, symbols: &Symbols) -> StackProfile {
+    let Chosen {
+        process,
+        stacks,
+        scope,
+        counters,
+        command,
+        image,
+        images,
+        unkept,
+    } = chosen;
     let mut shown: Vec<ShownStack> = scope
         .entries
         .iter()
@@ -377,9 +495,11 @@ fn profile(
         .collect();
     StackProfile {
         pid: process.pid,
-        command: process.command.clone(),
+        command: command.to_vec(),
+        image,
+        images,
         benchmark: match choice {
-            ScopeChoice::Process => None,
+            ScopeChoice::Process | ScopeChoice::Image(_) => None,
             ScopeChoice::Benchmark(uri) => Some(uri.clone()),
         },
         started_unix_ms: process.started_unix_ms,
@@ -394,10 +514,7 @@ fn profile(
         counters,
         problems,
         regions: stacks.regions.iter().map(|r| r.uri.clone()).collect(),
-        earlier_images: match choice {
-            ScopeChoice::Process => process.earlier_images.clone(),
-            ScopeChoice::Benchmark(_) => Vec::new(),
-        },
+        earlier_images: unkept.to_vec(),
     }
 }
 

@@ -130,8 +130,9 @@ fn render_profile(out: &mut String, p: &StackProfile, options: StacksOptions) {
     for image in p.earlier_images.iter().filter(|i| i.stats.alloc_calls != 0) {
         let _ = writeln!(
             out,
-            "  note: before exec, as {}: allocated {}, whose stacks were not kept (the \
-             stacks and the counters above cover the image the process ran last)",
+            "  note: before exec, as {}: allocated {}, whose stacks were not kept (a \
+             stacks file written before memtrack kept each image's; the stacks and the \
+             counters above cover the image the process ran last)",
             image.command.join(" "),
             counts_text(image.stats.bytes_allocated, image.stats.alloc_calls),
         );

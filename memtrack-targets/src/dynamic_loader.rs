@@ -84,32 +84,7 @@ pub fn symbol_file_offset(path: &Path, name: &str) -> Result<Option<u64>, Error>
     let data = ReadCache::new(file);
     let header = elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| Error::elf(path, e))?;
     let endian = header.endian().map_err(|e| Error::elf(path, e))?;
-    let sections = header
-        .sections(endian, &data)
-        .map_err(|e| Error::elf(path, e))?;
-    let mut address = None;
-    for kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
-        let table = sections
-            .symbols(endian, &data, kind)
-            .map_err(|e| Error::elf(path, e))?;
-        for sym in table.iter() {
-            if sym.st_shndx(endian) == elf::SHN_UNDEF || sym.st_type() != elf::STT_FUNC {
-                continue;
-            }
-            let sym_name = table
-                .symbol_name(endian, sym)
-                .map_err(|e| Error::elf(path, e))?;
-            let plain = sym_name.split(|&b| b == b'@').next().unwrap_or(sym_name);
-            if plain == name.as_bytes() {
-                address = Some(sym.st_value(endian));
-                break;
-            }
-        }
-        if address.is_some() {
-            break;
-        }
-    }
-    let Some(vaddr) = address else {
+    let Some(vaddr) = symbol_value(path, &data, name, Some(elf::STT_FUNC))? else {
         return Ok(None);
     };
     let segments = header
@@ -123,6 +98,58 @@ pub fn symbol_file_offset(path: &Path, name: &str) -> Result<Option<u64>, Error>
             start <= vaddr && vaddr < start + ph.p_filesz(endian)
         })
         .map(|ph| vaddr - ph.p_vaddr(endian) + ph.p_offset(endian)))
+}
+
+/// The loader's `struct r_debug` (the symbol debuggers read its state from).
+pub const R_DEBUG_SYMBOL: &str = "_r_debug";
+
+/// How many bytes after `_dl_debug_state` the loader at `path` has its `_r_debug`
+/// (negative: before it): the same in every process, whatever the loader's load
+/// address. None when the loader defines either symbol not, or they lie more than 2 GiB
+/// apart.
+pub fn r_debug_delta(path: &Path) -> Result<Option<i32>, Error> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let data = ReadCache::new(file);
+    let hook = symbol_value(path, &data, DEBUG_STATE_SYMBOL, Some(elf::STT_FUNC))?;
+    let r_debug = symbol_value(path, &data, R_DEBUG_SYMBOL, Some(elf::STT_OBJECT))?;
+    Ok(match (hook, r_debug) {
+        (Some(hook), Some(r_debug)) => i32::try_from(r_debug.wrapping_sub(hook) as i64).ok(),
+        _ => None,
+    })
+}
+
+/// The value (virtual address) of the defined symbol `name` (of type `kind`, if given)
+/// of the ELF file `data` (read from `path`), looked up in `.dynsym` and then `.symtab`;
+/// a versioned name (`name@@VERSION`) matches its plain name.
+fn symbol_value(
+    path: &Path,
+    data: &ReadCache<std::fs::File>,
+    name: &str,
+    kind: Option<u8>,
+) -> Result<Option<u64>, Error> {
+    let header = elf::FileHeader64::<Endianness>::parse(data).map_err(|e| Error::elf(path, e))?;
+    let endian = header.endian().map_err(|e| Error::elf(path, e))?;
+    let sections = header
+        .sections(endian, data)
+        .map_err(|e| Error::elf(path, e))?;
+    for table_kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
+        let table = sections
+            .symbols(endian, data, table_kind)
+            .map_err(|e| Error::elf(path, e))?;
+        for sym in table.iter() {
+            if sym.st_shndx(endian) == elf::SHN_UNDEF || kind.is_some_and(|k| sym.st_type() != k) {
+                continue;
+            }
+            let sym_name = table
+                .symbol_name(endian, sym)
+                .map_err(|e| Error::elf(path, e))?;
+            let plain = sym_name.split(|&b| b == b'@').next().unwrap_or(sym_name);
+            if plain == name.as_bytes() {
+                return Ok(Some(sym.st_value(endian)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -153,6 +180,22 @@ mod tests {
             site.object.display(),
             site.file_offset
         );
+    }
+
+    /// The distance to `_r_debug` points at this process's own loader state: its
+    /// `r_brk` is the hook's address (the check the hook's program makes).
+    #[test]
+    fn r_debug_lies_where_the_delta_says() {
+        let site = debug_state_site(std::process::id()).unwrap().unwrap();
+        let delta = r_debug_delta(&site.object)
+            .unwrap()
+            .expect("glibc's loader defines _r_debug");
+        let r_debug = site.address.wrapping_add(delta as i64 as u64) as *const [u64; 4];
+        // SAFETY: the loader's r_debug, mapped and readable in this process.
+        let words = unsafe { std::ptr::read_volatile(r_debug) };
+        assert_eq!(words[memtrack_common::ld_hook::R_DEBUG_BRK], site.address);
+        // Consistent: nothing is being loaded while this test runs.
+        assert_eq!(words[memtrack_common::ld_hook::R_DEBUG_STATE] as u32, 0);
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub mod unwind;
 
 pub use alloc_fn::{AllocFn, Kind};
 pub use btf::task_signal_offsets;
-pub use dynamic_loader::{DebugStateSite, debug_state_address, debug_state_site};
+pub use dynamic_loader::{DebugStateSite, debug_state_address, debug_state_site, r_debug_delta};
 pub use elf::{
     LoadSegment, ProbeTarget, allocator_targets, function_bytes, has_interpreter, load_segments,
     vaddr_to_file_offset,

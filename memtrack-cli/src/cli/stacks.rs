@@ -20,6 +20,9 @@ pub struct StacksRequest {
     pub top: usize,
     /// One benchmark region's stacks (by its exact uri) instead of whole processes.
     pub benchmark: Option<String>,
+    /// One image of each process (1 for the first it ran) instead of every image in
+    /// the report and the last one in the exports.
+    pub image: Option<usize>,
     /// Where to write the DHAT JSON export.
     pub dhat: Option<PathBuf>,
     /// Where to write the gzipped pprof export.
@@ -61,17 +64,28 @@ pub fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, Error> {
     if loaded.processes.is_empty() {
         return Err(no_results_for_stacks(dir, loaded.refused.len()));
     }
-    let choice = match &request.benchmark {
-        None => ScopeChoice::Process,
-        Some(uri) => ScopeChoice::Benchmark(uri.clone()),
+    let choice = match (&request.benchmark, request.image) {
+        (Some(uri), _) => ScopeChoice::Benchmark(uri.clone()),
+        (None, Some(n)) => ScopeChoice::Image(n),
+        (None, None) => ScopeChoice::Process,
     };
     let (profiles, skipped) = stack_profile::resolve(&loaded.processes, &choice);
     let options = StacksOptions { top: request.top };
     print!("{}", stacks_report::render(&profiles, &skipped, options));
     if profiles.is_empty() {
-        let cause = match &request.benchmark {
-            None => NoStacks::Any,
-            Some(uri) => {
+        let cause = match (&request.benchmark, request.image) {
+            (None, Some(image)) => NoStacks::Image {
+                image,
+                most: loaded
+                    .processes
+                    .iter()
+                    .filter(|p| p.stacks.is_some())
+                    .map(|p| p.process.earlier_images.len() + 1)
+                    .max()
+                    .unwrap_or(0),
+            },
+            (None, None) => NoStacks::Any,
+            (Some(uri), _) => {
                 let mut regions: Vec<String> = loaded
                     .processes
                     .iter()
@@ -91,17 +105,23 @@ pub fn report_stacks(dir: &Path, request: &StacksRequest) -> Result<u8, Error> {
             cause,
         });
     }
+    // The exports take one image of each process (its files are named by pid): the
+    // one asked for, or the last.
+    let exported: Vec<_> = match choice {
+        ScopeChoice::Process => profiles.into_iter().filter(|p| p.is_last_image()).collect(),
+        ScopeChoice::Image(_) | ScopeChoice::Benchmark(_) => profiles,
+    };
     let mut written = Vec::new();
     let mut export = || -> memtrack_report::Result<()> {
         if let Some(path) = &request.dhat {
-            written.extend(export::dhat::write_all(&profiles, path)?);
+            written.extend(export::dhat::write_all(&exported, path)?);
         }
         if let Some(path) = &request.pprof {
-            export::pprof::write(&profiles, path)?;
+            export::pprof::write(&exported, path)?;
             written.push(path.clone());
         }
         if let Some(dir) = &request.flamegraph_dir {
-            written.extend(export::flamegraph::write_all(&profiles, dir)?);
+            written.extend(export::flamegraph::write_all(&exported, dir)?);
         }
         Ok(())
     };

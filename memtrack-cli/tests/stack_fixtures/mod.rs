@@ -289,6 +289,7 @@ pub fn call_tree_profile(binary: &Path) -> LoadedProcess {
             },
         },
         regions: vec![],
+        earlier_images: vec![],
     };
     let mut stats = Stats::default();
     stats.alloc_calls = 15;

@@ -65,6 +65,10 @@ pub(crate) struct KernelStacks {
     walks: PerCpuArray<MapData, u64>,
     /// Stacks of processes that ended (read before their counters left the kernel).
     finished: BTreeMap<u32, ProcessStacks>,
+    /// The stacks of the images each live process ran before its last exec, read at
+    /// each exec ([`close_image`](Self::close_image)): their scopes in
+    /// `earlier_images`, oldest first, sharing one table (the process scope unused).
+    earlier: BTreeMap<u32, ProcessStacks>,
 }
 
 impl KernelStacks {
@@ -88,6 +92,7 @@ impl KernelStacks {
             counts: take_map(object, n::STACK_COUNTS)?,
             walks: take_map(object, n::STACK_WALKS)?,
             finished: BTreeMap::new(),
+            earlier: BTreeMap::new(),
         })
     }
 
@@ -192,11 +197,42 @@ impl KernelStacks {
     }
 
     /// The stacks of `pid`: kept from its end, or read from the kernel now, given its
-    /// raw counters `stats`.
+    /// raw counters `stats`, with those of the images it ran before its last exec.
     pub(crate) fn read(&self, pid: u32, stats: Option<&PidStats>) -> ProcessStacks {
         if let Some(done) = self.finished.get(&pid) {
             return done.clone();
         }
+        let mut out = self.read_image(pid, stats);
+        if let Some(earlier) = self.earlier.get(&pid) {
+            out.push_earlier_images_of(earlier);
+        }
+        out
+    }
+
+    /// `pid` just exec'd (it is stopped at the exec event): keeps the stacks of the
+    /// image it left, read from the kernel with that image's raw counters `stats`, as
+    /// its next earlier image, from its start (the previous exec's end, or
+    /// `process_start_ns` for the first image) to now. Its per-stack counters stay in
+    /// the kernel until [`reset`](Self::reset).
+    ///
+    /// Nothing of the old image's address space is needed: each frame was stored by
+    /// the kernel as an address inside an object (its ELF virtual address, resolved
+    /// through `MAPPINGS` when the allocation happened), and the objects' paths and
+    /// build ids are in this tracker's table, so the image's stacks are symbolized
+    /// after the run from the files, as any image's are.
+    pub(crate) fn close_image(&mut self, pid: u32, stats: &PidStats, process_start_ns: u64) {
+        let mut image = self.read_image(pid, Some(stats));
+        let kept = self.earlier.entry(pid).or_default();
+        image.process.start_ns = kept
+            .earlier_images
+            .last()
+            .map_or(process_start_ns, |previous| previous.end_ns);
+        kept.push_earlier_image(&image, &image.process);
+    }
+
+    /// The stacks the kernel holds for `pid`'s current image now, given its raw
+    /// counters `stats`.
+    fn read_image(&self, pid: u32, stats: Option<&PidStats>) -> ProcessStacks {
         let epoch = stats.map_or(0, |s| s.peak_epoch);
         let raw: Vec<(u64, KernelStackCounts)> = self
             .counts
@@ -266,9 +302,11 @@ impl KernelStacks {
         out
     }
 
-    /// Keeps `pid`'s stacks (it ended) and removes its entries from the kernel.
+    /// Keeps `pid`'s stacks (it ended), its earlier images' with them, and removes its
+    /// entries from the kernel.
     pub(crate) fn finish(&mut self, pid: u32, stats: Option<&PidStats>) {
         let stacks = self.read(pid, stats);
+        self.earlier.remove(&pid);
         self.finished.insert(pid, stacks);
         let _ = self.mappings.remove(&pid);
         self.purge(pid);
@@ -287,7 +325,8 @@ impl KernelStacks {
         }
     }
 
-    /// Zeroes `pid`'s per-stack counters (with its process counters).
+    /// Zeroes `pid`'s per-stack counters (with its process counters). The stacks of
+    /// its earlier images are kept, as the record keeps their counters.
     pub(crate) fn reset(&mut self, pid: u32) {
         self.finished.remove(&pid);
         self.purge(pid);

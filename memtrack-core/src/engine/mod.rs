@@ -210,9 +210,14 @@ impl Engine {
         if count_syscalls {
             kernel_links.push(attach_syscall_counter(&object)?);
         }
-        if rss {
-            kernel_links.push(attach_rss_tracepoint(&object)?);
-        }
+        let rss = rss
+            && match rss_tracepoint_id() {
+                Some(id) => {
+                    kernel_links.push(attach_rss_tracepoint(&object, id)?);
+                    true
+                }
+                None => false,
+            };
         // The growth thread reads GLOBAL through a handle of its own.
         let global_for_growth = match split.later {
             0 => None,
@@ -296,6 +301,24 @@ impl Engine {
     pub(crate) fn stacks(&self, pid: u32) -> Option<ProcessStacks> {
         let stats = self.read_stats(pid).ok();
         self.stacks.as_ref().map(|s| s.read(pid, stats.as_ref()))
+    }
+
+    /// `pid` just exec'd (stopped at the exec event, its counters not reset yet): keeps
+    /// the stacks of the image it left, read with that image's raw counters `stats`, as
+    /// its next earlier image (`KernelStacks::close_image`), and gives the kernel the
+    /// new image's mappings at once, so that no frame is ever resolved through the old
+    /// image's. Nothing without stacks.
+    pub(crate) fn close_image_stacks(
+        &mut self,
+        pid: u32,
+        stats: &PidStats,
+        process_start_ns: u64,
+    ) -> Result<()> {
+        let Some(stacks) = &mut self.stacks else {
+            return Ok(());
+        };
+        stacks.close_image(pid, stats, process_start_ns);
+        stacks.refresh(pid)
     }
 
     /// How the stacks so far were found, all processes (None: stacks are off).
@@ -526,15 +549,34 @@ fn attach_syscall_counter(object: &Object) -> Result<Detachable> {
     Ok(Box::new(link))
 }
 
-/// Loads the resident-memory program and attaches it to `kmem:rss_stat` (it runs on
-/// every CPU: see tracepoint.rs).
-fn attach_rss_tracepoint(object: &Object) -> Result<Detachable> {
+/// The id of `kmem:rss_stat`, or None when tracefs cannot be read here (not mounted,
+/// and mounting it needs CAP_SYS_ADMIN, which CAP_BPF and CAP_PERFMON do not give):
+/// then the timelines keep no resident memory, said once on stderr, and the rest is
+/// tracked as usual.
+fn rss_tracepoint_id() -> Option<u64> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let (system, event) = program_names::RSS_STAT_TRACEPOINT;
+    match tracepoint::tracepoint_id(system, event) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            WARNED.call_once(|| {
+                eprintln!(
+                    "memtrack: the timeline keeps no resident memory (RSS): the id of                      tracepoint {system}:{event}: {e} (mounting tracefs needs                      CAP_SYS_ADMIN: mount it at /sys/kernel/tracing, or run as root)"
+                )
+            });
+            None
+        }
+    }
+}
+
+/// Loads the resident-memory program and attaches it to tracepoint `id`
+/// (`kmem:rss_stat`; it runs on every CPU: see tracepoint.rs).
+fn attach_rss_tracepoint(object: &Object, id: u64) -> Result<Detachable> {
     let name = program_names::RSS_STAT;
     let program = object
         .load_program(name, bpf_prog_type::BPF_PROG_TYPE_TRACEPOINT, None)
         .map_err(program_err(name))?;
-    let link = tracepoint::attach(program.as_fd(), program_names::RSS_STAT_TRACEPOINT)
-        .map_err(program_err(name))?;
+    let link = tracepoint::attach(program.as_fd(), id).map_err(program_err(name))?;
     Ok(Box::new(link))
 }
 

@@ -28,13 +28,18 @@
 //! ([`stopped_at_hook`](LdHooks::stopped_at_hook)), and tells it of threads that are
 //! gone ([`thread_gone`](LdHooks::thread_gone)).
 
-use std::sync::OnceLock;
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{LazyLock, OnceLock},
+};
 
 use memtrack_common::ld_hook;
 use nix::{
     sys::{ptrace, signal::Signal},
     unistd::Pid,
 };
+use parking_lot::Mutex;
 
 use crate::engine::Engine;
 
@@ -42,15 +47,34 @@ use crate::engine::Engine;
 /// `bpf_send_signal_thread` leaves in the siginfo.
 const SI_KERNEL: i32 = 0x80;
 
-/// The loader hook's cookie for this kernel (the `task_struct` field offsets the eBPF
-/// program reads), or why there is none; read from the kernel's BTF once per process.
-static COOKIE: OnceLock<Result<u64, String>> = OnceLock::new();
+/// The `task_struct` field offsets the hook's program reads (`blocked`, `ptrace`), or
+/// why there are none; read from the kernel's BTF once per process.
+static OFFSETS: OnceLock<Result<(u32, u32), String>> = OnceLock::new();
 
-fn cookie() -> &'static Result<u64, String> {
-    COOKIE.get_or_init(|| {
-        memtrack_targets::task_signal_offsets()
-            .map(|(blocked, ptrace)| ld_hook::cookie(blocked, ptrace))
-            .map_err(|e| e.to_string())
+/// Each loader's distance from `_dl_debug_state` to `_r_debug` (0: unknown), by file.
+static R_DEBUG_DELTAS: LazyLock<Mutex<HashMap<PathBuf, i32>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn offsets() -> &'static Result<(u32, u32), String> {
+    OFFSETS.get_or_init(|| memtrack_targets::task_signal_offsets().map_err(|e| e.to_string()))
+}
+
+/// The hook's cookie for the loader at `object` on this kernel: the field offsets, and
+/// where the loader's `_r_debug` is (so the program lets the loader's "about to map"
+/// calls go without a stop; without it every call stops, which is only dearer).
+fn cookie(object: &Path) -> Result<u64, String> {
+    let (blocked, ptrace) = *offsets().as_ref().map_err(Clone::clone)?;
+    let delta = *R_DEBUG_DELTAS
+        .lock()
+        .entry(object.to_path_buf())
+        .or_insert_with(|| {
+            memtrack_targets::r_debug_delta(object)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        });
+    ld_hook::cookie(blocked, ptrace, delta).ok_or_else(|| {
+        format!("task_struct offsets {blocked} and {ptrace} do not fit the hook's cookie")
     })
 }
 
@@ -58,11 +82,11 @@ fn cookie() -> &'static Result<u64, String> {
 /// kernel lets it be mapped, up to tens under load where it is copied), so the first
 /// [`LdHooks::install`] does not wait for it.
 pub(crate) fn prefetch() {
-    if COOKIE.get().is_none() {
+    if OFFSETS.get().is_none() {
         let _ = std::thread::Builder::new()
             .name("memtrack-btf".into())
             .spawn(|| {
-                cookie();
+                offsets();
             });
     }
 }
@@ -105,7 +129,7 @@ pub(crate) fn early(
     site: &memtrack_targets::DebugStateSite,
     program: &crate::engine::programs::HookProgram,
 ) -> Option<EarlyHook> {
-    let cookie = *cookie().as_ref().ok()?;
+    let cookie = cookie(&site.object).ok()?;
     let link = program
         .attach(&site.object, site.file_offset, cookie, pid)
         .ok()?;
@@ -150,8 +174,8 @@ impl LdHooks {
         let Ok(Some(site)) = memtrack_targets::debug_state_site(pid) else {
             return false;
         };
-        let cookie = match cookie() {
-            Ok(cookie) => *cookie,
+        let cookie = match cookie(&site.object) {
+            Ok(cookie) => cookie,
             Err(reason) => {
                 self.warn_once(format_args!(
                     "memtrack: cannot hook the dynamic loader ({reason}): libraries loaded \
@@ -177,14 +201,14 @@ impl LdHooks {
         &mut self,
         engine: &mut Engine,
         pid: u32,
-        object: &std::path::Path,
+        object: &Path,
         file_offset: u64,
     ) -> bool {
-        let Ok(cookie) = cookie() else {
+        let Ok(cookie) = cookie(object) else {
             return false;
         };
         engine
-            .attach_ld_hook(pid, object, file_offset, *cookie)
+            .attach_ld_hook(pid, object, file_offset, cookie)
             .is_ok()
     }
 

@@ -543,19 +543,29 @@ impl FollowState {
         hooked || self.install_hook(child)
     }
 
-    /// A process exec'd: its counters so far belong to the image it left (kept in the
-    /// record); the new image starts from zero.
+    /// A process exec'd: its counters, timeline and (with stacks) per-stack counters so
+    /// far belong to the image it left (kept in the record, and by the engine's stacks
+    /// as that record's next earlier image: one is kept exactly when the other is); the
+    /// new image starts from zero.
     fn close_image(&mut self, pid: u32) {
-        let started = self
+        let Some(started) = self
             .shared
             .registry
             .lock()
             .get(&pid)
-            .map_or(0, |r| r.process.started_ns);
+            .map(|r| r.process.started_ns)
+        else {
+            return;
+        };
         let (stats, timeline) = {
             let mut engine = self.shared.engine.lock();
             let stats = engine.read_stats(pid).ok();
             let timeline = engine.timeline(pid, started).and_then(|t| t.ok());
+            if let Some(stats) = &stats {
+                // Read before the reset zeroes them, with the same counters as the
+                // record's image (their totals are equal).
+                let _ = engine.close_image_stacks(pid, stats, started);
+            }
             let _ = engine.reset_stats(pid);
             (stats, timeline)
         };
@@ -749,8 +759,12 @@ impl FollowState {
     /// Waits for the next stop or exit of any traced task and hands it to its handler,
     /// until the sentinel exits (shutdown) or waiting fails.
     fn run(&mut self) {
+        let mut timing = debug_follow().then(StopTiming::default);
         loop {
             let status = waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD));
+            let handling = timing
+                .as_ref()
+                .map(|_| (std::time::Instant::now(), stop_kind(&status, &self.tasks)));
             match status {
                 Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))
                     if Some(pid) == self.sentinel =>
@@ -788,6 +802,12 @@ impl FollowState {
                     break;
                 }
             }
+            if let (Some(timing), Some((since, kind))) = (timing.as_mut(), handling) {
+                timing.add(kind, since.elapsed());
+            }
+        }
+        if let Some(timing) = timing {
+            timing.print();
         }
     }
 
@@ -816,8 +836,54 @@ impl Drop for FollowState {
 }
 
 /// MEMTRACK_DEBUG_FOLLOW=1 makes the follower say on stderr what it does (loader hook
-/// hits, calls still in progress when a process exits): a debugging aid.
+/// hits, calls still in progress when a process exits) and, when it ends, how long it
+/// spent handling each kind of stop: a debugging aid.
 fn debug_follow() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("MEMTRACK_DEBUG_FOLLOW").is_some_and(|v| v == "1"))
+}
+
+/// The kind of stop `status` is, for [`StopTiming`].
+fn stop_kind(status: &nix::Result<WaitStatus>, tasks: &HashMap<u32, Task>) -> &'static str {
+    let known = |pid: &Pid| tasks.contains_key(&(pid.as_raw() as u32));
+    match status {
+        Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => "exit",
+        Ok(WaitStatus::Stopped(pid, _) | WaitStatus::PtraceEvent(pid, _, _)) if !known(pid) => {
+            "new task"
+        }
+        Ok(WaitStatus::Stopped(..)) => "signal (loader hook)",
+        Ok(WaitStatus::PtraceEvent(_, _, e)) if *e == Event::PTRACE_EVENT_EXEC as i32 => "exec",
+        Ok(WaitStatus::PtraceEvent(..)) => "fork/clone event",
+        Ok(WaitStatus::PtraceSyscall(_)) => "syscall",
+        _ => "other",
+    }
+}
+
+/// Time spent in the follower's handlers, per kind of stop (MEMTRACK_DEBUG_FOLLOW=1).
+#[derive(Default)]
+struct StopTiming {
+    /// Per kind: how many stops, and their total handling time.
+    kinds: Vec<(&'static str, u32, std::time::Duration)>,
+}
+
+impl StopTiming {
+    fn add(&mut self, kind: &'static str, took: std::time::Duration) {
+        match self.kinds.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some((_, n, total)) => {
+                *n += 1;
+                *total += took;
+            }
+            None => self.kinds.push((kind, 1, took)),
+        }
+    }
+
+    fn print(&self) {
+        for (kind, n, total) in &self.kinds {
+            eprintln!(
+                "memtrack: follower: {n} {kind} stops, {:.3} ms handling ({:.1} us each)",
+                total.as_secs_f64() * 1e3,
+                total.as_secs_f64() * 1e6 / f64::from(*n)
+            );
+        }
+    }
 }

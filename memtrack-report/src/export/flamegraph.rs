@@ -3,7 +3,8 @@
 //! same stacks as the other views.
 //!
 //! The stacks go to inferno collapsed (`root;...;leaf bytes`): the root frame is the
-//! process (`pid 123: command`, or the benchmark), then the stack outermost first, one
+//! process (`pid 123: command`, `pid 123 (image 1 of 2): command` for an image of a
+//! process that called `execve`, or the benchmark), then the stack outermost first, one
 //! frame per logical frame (inlined functions are frames of their own), named by the
 //! function alone so the same function merges across call sites. A graph with nothing
 //! to show (nothing leaked, say) is a small SVG that says so: inferno refuses empty
@@ -77,6 +78,12 @@ pub fn collapsed(profiles: &[StackProfile], metric: FlameMetric) -> Vec<String> 
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for profile in profiles {
         let root = match &profile.benchmark {
+            None if profile.images > 1 => format!(
+                "pid {} ({}): {}",
+                profile.pid,
+                profile.image_text(),
+                profile.command.join(" ")
+            ),
             None => format!("pid {}: {}", profile.pid, profile.command.join(" ")),
             Some(uri) => format!("benchmark {uri} (pid {})", profile.pid),
         };

@@ -1,5 +1,6 @@
 //! pprof's `profile.proto`, gzipped: one profile for all the processes shown, each sample
-//! one stack of one process (labels `pid`, `command`, and `benchmark` for a region).
+//! one stack of one process (labels `pid`, `command`, `benchmark` for a region, and
+//! `image`, numbered from 1, for a process that called `execve`).
 //!
 //! Sample values, in this order: `alloc_objects` (count) and `alloc_space` (bytes)
 //! allocated, `inuse_objects` / `inuse_space` live at the end (Go's heap profile names,
@@ -288,6 +289,11 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
         strings.get("command"),
         strings.get("benchmark"),
     );
+    // Named only in a profile with an image of a process that exec'd.
+    let image_key = profiles
+        .iter()
+        .any(|p| p.images > 1)
+        .then(|| strings.get("image"));
     for profile in profiles {
         let mut labels = vec![
             proto::Label {
@@ -305,6 +311,13 @@ pub fn build(profiles: &[StackProfile]) -> proto::Profile {
             labels.push(proto::Label {
                 key: benchmark_key,
                 str: strings.get(uri),
+                ..Default::default()
+            });
+        }
+        if let Some(key) = image_key.filter(|_| profile.images > 1) {
+            labels.push(proto::Label {
+                key,
+                num: profile.image as i64,
                 ..Default::default()
             });
         }
@@ -487,6 +500,8 @@ mod tests {
         let profile = StackProfile {
             pid: 7,
             command: vec!["./tree".into()],
+            image: 1,
+            images: 1,
             benchmark: None,
             started_unix_ms: 0,
             start_ns: 0,
