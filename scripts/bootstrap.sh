@@ -16,6 +16,10 @@
 #     -Z build-std=core)
 #   - bpf-linker 0.13.0 built against LLVM 22, installed into <repo>/.tools (built at
 #     most once per checkout)
+# With --book, also what building and link-checking the book (docs/, `mdbook build docs`)
+# needs, pinned and built from crates.io into <repo>/.tools (each at most once per
+# checkout): mdbook (without its serve and watch features) and the mdbook-linkcheck2
+# backend (docs/book.toml). scripts/test.sh passes --ebpf --book.
 # Safe to run repeatedly: every step checks first and does nothing when already done.
 set -euo pipefail
 
@@ -24,13 +28,18 @@ TOOLS="$REPO/.tools"
 BPF_LINKER_VERSION="$(sed -n 's/^BPF_LINKER_VERSION="\(.*\)"$/\1/p' "$REPO/scripts/build-ebpf.sh")"
 NIGHTLY="$(sed -n 's/^NIGHTLY="\(.*\)"$/\1/p' "$REPO/scripts/build-ebpf.sh")"
 LLVM_MAJOR=22
+MDBOOK_VERSION=0.5.4
+MDBOOK_LINKCHECK2_VERSION=0.13.0
 
 ebpf=0
-case "${1:-}" in
-    --ebpf) ebpf=1 ;;
-    "") ;;
-    *) echo "usage: $0 [--ebpf]" >&2; exit 2 ;;
-esac
+book=0
+for arg in "$@"; do
+    case "$arg" in
+        --ebpf) ebpf=1 ;;
+        --book) book=1 ;;
+        *) echo "usage: $0 [--ebpf] [--book]" >&2; exit 2 ;;
+    esac
+done
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -69,6 +78,24 @@ if ! command -v rustup >/dev/null; then
     log "rustup not found: install Rust with rustup first"
     exit 1
 fi
+# A cargo-installed tool in $TOOLS/bin at exactly VERSION, else built (with cargo's
+# --locked, so the tool's own lockfile pins its dependencies).
+install_tool() {
+    local bin="$1" crate="$2" version="$3"
+    shift 3
+    if [ -x "$TOOLS/bin/$bin" ] && "$TOOLS/bin/$bin" --version 2>/dev/null | grep -qw "v\?$version"; then
+        log "$crate $version: present in $TOOLS"
+    else
+        log "building $crate $version into $TOOLS (minutes, once per checkout)"
+        cargo +stable install --locked --root "$TOOLS" "$crate" --version "$version" "$@"
+    fi
+}
+
+if [ "$book" -eq 1 ]; then
+    install_tool mdbook mdbook "$MDBOOK_VERSION" --no-default-features --features search
+    install_tool mdbook-linkcheck2 mdbook-linkcheck2 "$MDBOOK_LINKCHECK2_VERSION"
+fi
+
 if [ "$ebpf" -eq 0 ]; then
     log "done (the eBPF toolchain is not needed: the object ships compiled; --ebpf installs it)"
     exit 0

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install what is missing, check that the
-# shipped eBPF object is exactly what its sources build, check formatting and lints,
-# then run every test. Run as root: the tests that load eBPF programs (or become user
-# nobody) are marked #[ignore = "needs root ..."], so cargo lists them as ignored where
-# they cannot run; as root this script runs them too (--include-ignored).
+# shipped eBPF object is exactly what its sources build, check formatting, lints and
+# docs, build the book and check its links, then run every test. Run as root: the tests
+# that load eBPF programs (or become user nobody) are marked #[ignore = "needs root
+# ..."], so cargo lists them as ignored where they cannot run; as root this script runs
+# them too (--include-ignored).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-bash scripts/bootstrap.sh --ebpf
+bash scripts/bootstrap.sh --ebpf --book
 echo "[test] the shipped eBPF object against a rebuild (scripts/build-ebpf.sh --check)" >&2
 bash scripts/build-ebpf.sh --check
 tests=()
@@ -15,6 +16,8 @@ if [ "$(id -u)" -eq 0 ]; then
     tests=(--include-ignored)
     # memtrack::testing's heap tests (the users' API) must not skip either.
     export MEMTRACK_REQUIRE_PRIVILEGED=1
+    # bootstrap installs chromium: the HTML pages' browser tests must not skip either.
+    export MEMTRACK_REQUIRE_CHROMIUM=1
 else
     echo "[test] not root: the tests that need root are listed as ignored, not run" >&2
 fi
@@ -24,6 +27,14 @@ echo "[test] cargo clippy --all-targets -- -D warnings" >&2
 cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "[test] cargo doc, private items too (broken links are errors)" >&2
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps -q --document-private-items
+echo "[test] the book: mdbook build docs (every internal link checked by mdbook-linkcheck2)" >&2
+# mdbook itself only logs a missing {{#include}} (exit 0): such a line fails the step.
+mkdir -p target
+PATH="$REPO/.tools/bin:$PATH" mdbook build docs 2>&1 | tee target/book.log >&2
+if grep -q 'ERROR' target/book.log; then
+    echo "[test] mdbook build docs reported errors (above)" >&2
+    exit 1
+fi
 echo "[test] cargo test" >&2
 cargo test --locked --workspace --all-targets -- "${tests[@]}"
 cargo test --locked --workspace --doc

@@ -71,7 +71,7 @@ pub struct StackCheck {
     /// `peak_live_bytes`).
     pub at_peak_bytes: (u64, u64),
     /// Whether several threads allocate at once: the at-peak shares may then miss (or
-    /// add) a block another thread was charging at the instant of the peak (README,
+    /// add) a block another thread was charging at the instant of the peak (the book,
     /// "At peak, with threads racing"), so they are shown, not required to be equal.
     pub concurrent: bool,
 }

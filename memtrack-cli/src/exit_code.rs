@@ -1,5 +1,5 @@
 //! The exit codes of `memtrack`, in one place: the binary exits with these, `memtrack
-//! --help` lists them ([`HELP`]), README's "Exit codes" explains them.
+//! --help` lists them ([`HELP`]), the book's "Limits and diffs in CI" explains them.
 //!
 //! memtrack's own codes sit in 201-204, where no common program's code does: 0-2 are
 //! everyone's success, failure and usage error, 126 and 127 the shell's "cannot execute"

@@ -167,7 +167,7 @@ fn unprivileged_user_gets_the_capability_message() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// What the capability message and the README's "Privileges" promise: `memtrack run`
+/// What the capability message and the book's "Privileges" promise: `memtrack run`
 /// needs CAP_BPF and CAP_PERFMON and nothing more (no CAP_SYS_PTRACE: it traces only the
 /// processes it starts). User nobody runs a copy with just those two and gets its
 /// command's exact result.

@@ -22,13 +22,13 @@
 //! other threads of the same test binary (cargo runs them in parallel) are never counted,
 //! and several counts can run at once. **Threads the closure spawns are not counted.**
 //! Making that tracker (loading, probing the process's allocator) is most of what a
-//! count costs (tens of milliseconds; docs/ARCHITECTURE.md "Several trackers in one
-//! process"); dropping it returns at once (the probes are detached in the background). While N counts run at once, each allocation call of the process runs N
+//! count costs (tens of milliseconds; the book's "Several trackers in one
+//! process", docs/src/how-it-works/heap-tests.md); dropping it returns at once (the probes are detached in the background). While N counts run at once, each allocation call of the process runs N
 //! probe programs.
 //!
 //! Without CAP_BPF and CAP_PERFMON (or root), a count says on stderr
-//! `TEST: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see README: Heap tests
-//! without root)` and returns `None`, so the test passes without asserting; with
+//! `TEST: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see the memtrack book: Heap
+//! tests without root)` and returns `None`, so the test passes without asserting; with
 //! `MEMTRACK_REQUIRE_PRIVILEGED=1` in the environment (for CI) it panics instead, since
 //! there a skipped test would hide a failure. [`privileged_or_skip`] is that check alone,
 //! for tests that make their own trackers.
@@ -58,8 +58,8 @@ pub fn test_tracker() -> TrackerBuilder {
 }
 
 /// Whether this process may count (root, or CAP_BPF and CAP_PERFMON). If not, says
-/// `TEST: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see README: Heap tests without
-/// root)` on stderr (straight to file descriptor 2, which the test harness does not
+/// `TEST: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see the memtrack book: Heap tests
+/// without root)` on stderr (straight to file descriptor 2, which the test harness does not
 /// capture, so it is seen) and returns false; with [`REQUIRE_PRIVILEGED_ENV`]`=1` it
 /// panics with that message instead.
 #[track_caller]
@@ -68,8 +68,8 @@ pub fn privileged_or_skip(test: &str) -> bool {
         return true;
     }
     let message = format!(
-        "{test}: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see README: Heap tests \
-         without root)"
+        "{test}: skipped: no CAP_BPF/CAP_PERFMON (run as root, or see the memtrack book: \
+         Heap tests without root)"
     );
     if std::env::var_os(REQUIRE_PRIVILEGED_ENV).is_some_and(|v| v == "1") {
         panic!("{message}; {REQUIRE_PRIVILEGED_ENV}=1 makes this a failure");

@@ -3,7 +3,7 @@
 //! allocates beside it; eight counts that overlap for certain (a barrier inside them);
 //! the `assert_heap!` macro; and the same tests as user `nobody`, who has no privileges:
 //! they say "skipped" and pass, or fail with `MEMTRACK_REQUIRE_PRIVILEGED=1`. With the
-//! capabilities set on the binary (README, "Heap tests without root"), `nobody` counts.
+//! capabilities set on the binary (the book's "Heap tests without root"), `nobody` counts.
 
 use std::{
     path::Path,
@@ -213,8 +213,7 @@ fn exact_counts_as_nobody(prepare: impl FnOnce(&Path), require: Option<&str>) ->
     command.output().unwrap()
 }
 
-const SKIP: &str =
-    "skipped: no CAP_BPF/CAP_PERFMON (run as root, or see README: Heap tests without root)";
+const SKIP: &str = "skipped: no CAP_BPF/CAP_PERFMON (run as root, or see the memtrack book: Heap tests without root)";
 
 /// As nobody the eight tests pass with one "skipped" line each; with
 /// MEMTRACK_REQUIRE_PRIVILEGED=1 all eight fail, saying why.
@@ -262,7 +261,7 @@ fn as_nobody_heap_tests_say_skipped_or_fail_when_required() {
     );
 }
 
-/// The setcap recipe of the README: CAP_BPF and CAP_PERFMON on the test binary, and user
+/// The setcap recipe of the book: CAP_BPF and CAP_PERFMON on the test binary, and user
 /// nobody counts exactly (MEMTRACK_REQUIRE_PRIVILEGED=1: no test may skip).
 #[test]
 #[ignore = "needs root (eBPF): cargo test -- --include-ignored as root, as scripts/test.sh does"]

@@ -49,6 +49,7 @@ fn noise(n: usize) -> Vec<Box<[u8; 333]>> {
     (0..n).map(|_| Box::new([7u8; 333])).collect()
 }
 
+// ANCHOR: region
 /// Runs `body` as benchmark `uri`: markers around it, counting on only inside.
 fn region(client: &mut Option<FifoClient>, uri: &str, body: impl FnOnce()) {
     let pid = std::process::id();
@@ -71,6 +72,7 @@ fn region(client: &mut Option<FifoClient>, uri: &str, body: impl FnOnce()) {
     }
     println!("{uri}: done (pid {pid})");
 }
+// ANCHOR_END: region
 
 /// Writes malformed frames straight into the control FIFO, bypassing the client, and
 /// reads the runner's answer to each from the ack FIFO: it must be `Reply::Err`.

@@ -386,6 +386,38 @@ fn decode(key: &StackKey, mut object: impl FnMut(u32) -> u32) -> Stack {
 mod tests {
     use super::*;
 
+    /// The book's table of limits (docs/src/reference/limits.md) gives these private
+    /// capacities under their names here (memtrack-examples' tests/book.rs checks the
+    /// public ones).
+    #[test]
+    fn the_limits_chapter_gives_the_stack_maps_capacities() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/src/reference/limits.md"
+        );
+        if !std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).exists() {
+            // The published crate, outside memtrack's repository: no book beside it.
+            return;
+        }
+        let chapter = std::fs::read_to_string(path).expect("the limits chapter reads");
+        for (name, value) in [
+            ("engine::kernel_stacks::MAX_ROWS", MAX_ROWS),
+            ("engine::kernel_stacks::MAX_STACKS", MAX_STACKS),
+            ("engine::kernel_stacks::MAX_STACK_COUNTS", MAX_STACK_COUNTS),
+        ] {
+            let row = chapter
+                .lines()
+                .find(|l| l.contains(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("no row of {name} in {path}"));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            assert_eq!(
+                cells[2].replace(',', "").parse::<u32>().ok(),
+                Some(value),
+                "{name} in {path}"
+            );
+        }
+    }
+
     #[test]
     fn keys_decode_to_frames_and_ends() {
         let mut key = StackKey::ZERO;
