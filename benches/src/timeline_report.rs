@@ -95,13 +95,13 @@ fn checks_md(checks: &[TimelineCheck], out: &mut String) {
         {
             Some((first, runs, exact)) => {
                 *runs += 1;
-                if c.exact() && c.invalid.is_none() {
+                if c.exact() {
                     *exact += 1;
-                } else if first.exact() && first.invalid.is_none() {
+                } else if first.exact() {
                     *first = c;
                 }
             }
-            None => groups.push((c, 1, usize::from(c.exact() && c.invalid.is_none()))),
+            None => groups.push((c, 1, usize::from(c.exact()))),
         }
     }
     let rows = groups
